@@ -1,0 +1,93 @@
+"""The backend plugin interface.
+
+A backend is found through the `collage_mlir.backends` entry-point group. It says what it is
+(name, version, kind), whether it can run here (`available`), which ops it can take
+(`capability`, asked of the backend itself where it can answer), how it wants its candidate
+regions formed (`partition_rule`), and compiles one extracted region (a module holding a
+single ONNX-in-MLIR `func.func`) into a `Kernel` that runs on numpy arrays.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from iree.compiler import ir
+
+if TYPE_CHECKING:
+    from collage_mlir.graph.dataflow import DataflowGraph
+    from collage_mlir.rules.base import PartitionRule
+
+
+class BackendKind(enum.StrEnum):
+    """How a backend takes work (RFC: this decides its default partition rule)."""
+
+    GRAPH = "graph"  # runs whole sub-graphs of supported ops (onnxruntime, openvino, TensorRT)
+    LIBRARY = "library"  # runs fixed composite patterns (cuDNN, cuBLAS)
+    COMPILER = "compiler"  # compiles anything it can lower, best on fusable groups (IREE, TVM)
+
+
+class Kernel(abc.ABC):
+    """One compiled region, ready to run. Inputs and outputs follow the function signature."""
+
+    @abc.abstractmethod
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run on host arrays; returns host arrays (fresh or owned by the caller)."""
+
+
+class Backend(abc.ABC):
+    """A plugin. Subclasses set `name` and `kind` and may take keyword options."""
+
+    name: str = ""
+    kind: BackendKind = BackendKind.GRAPH
+
+    def __init__(self, **options: Any) -> None:
+        self.options: dict[str, Any] = dict(options)
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> str:
+        """Version of the underlying runtime; part of every cache key."""
+
+    @classmethod
+    @abc.abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when the backend can run here, else a short reason ("openvino is not installed")."""
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.unavailable_reason() is None
+
+    @abc.abstractmethod
+    def capability(self, graph: DataflowGraph) -> int:
+        """Bitset (over `graph`'s post-dfs indices) of the op nodes this backend can run."""
+
+    def partition_rule(self) -> PartitionRule:
+        """The rule that forms this backend's candidates; by default the one for its kind."""
+        from collage_mlir.rules.defaults import default_rule_for
+
+        return default_rule_for(self)
+
+    @abc.abstractmethod
+    def compile(self, module: ir.Module) -> Kernel:
+        """Compile the single `func.func` in `module` (an extracted region)."""
+
+    def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
+        """Compile several regions; backends that can share one compile override this."""
+        out: list[Kernel | Exception] = []
+        for m in modules:
+            try:
+                out.append(self.compile(m))
+            except Exception as e:  # one bad region must not stop the others
+                out.append(e)
+        return out
+
+    def cache_options(self) -> str:
+        """The options that change compiled code, as a stable string for cache keys."""
+        return ",".join(f"{k}={self.options[k]}" for k in sorted(self.options))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.cache_options()})"

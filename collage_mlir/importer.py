@@ -1,0 +1,109 @@
+"""ONNX → MLIR import, in process, into the ONNX-in-MLIR form (`torch.operator "onnx.X"`).
+
+Shape inference runs first so every value has a static type. Initializers become
+`onnx.Constant` ops with `dense_resource` blobs that live in the module's resource section;
+`collage_mlir.export.resources` reads them back for the exporter.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import onnx
+from iree.compiler import ir
+from iree.compiler.extras import onnx_importer
+
+from collage_mlir.context import make_context
+from collage_mlir.dialects import collage
+from collage_mlir.errors import CollageError
+
+ModelLike = str | os.PathLike | onnx.ModelProto
+
+
+def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
+    """Load and check an ONNX model; returns it with a label (its path) for messages."""
+    if isinstance(model, onnx.ModelProto):
+        return model, model.graph.name or "<model>"
+    path = Path(model)
+    if not path.is_file():
+        raise CollageError(f"{path}: no such file")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as e:  # protobuf gives a long message with no location
+        raise CollageError(f"{path}: not a readable ONNX model ({type(e).__name__})") from None
+    return proto, str(path)
+
+
+def check_model(proto: onnx.ModelProto, label: str) -> None:
+    """Reject malformed models and ops no ONNX schema knows, naming the node."""
+    for node in proto.graph.node:
+        domain = node.domain or ""
+        if domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, domain):
+            raise CollageError(
+                f"{label}: node '{node.name or node.output[0]}' has unsupported op '{node.op_type}'"
+            )
+        if domain not in ("", "ai.onnx"):
+            raise CollageError(
+                f"{label}: node '{node.name or node.output[0]}' op '{domain}.{node.op_type}' "
+                "is from a custom domain, which no backend here can run"
+            )
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise CollageError(f"{label}: malformed model: {first}") from None
+
+
+def infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Static shapes for every value (data propagation resolves Reshape targets)."""
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0]
+        raise CollageError(f"{label}: shape inference failed: {first}") from None
+
+
+def import_onnx(model: ModelLike, context: ir.Context | None = None) -> ir.Module:
+    """Import an ONNX model (path or ModelProto) as an MLIR module with one `func.func`.
+
+    The function carries the ONNX input and output names as `collage.input_names` /
+    `collage.output_names`, and the model's opset as `torch.onnx_meta.opset_version`.
+    """
+    proto, label = load_model(model)
+    check_model(proto, label)
+    proto = infer_shapes(proto, label)
+    context = context or make_context()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # untyped unused outputs (Dropout masks) are fine
+            info = onnx_importer.ModelInfo(proto)
+            module = info.create_module(context=context)
+            importer = onnx_importer.NodeImporter.define_function(info.main_graph, module.operation)
+            importer.import_all()
+    except onnx_importer.OnnxImportError as e:
+        raise CollageError(f"{label}: {str(e).strip().splitlines()[0]}") from None
+    func_op = module.body.operations[0]
+    with context:
+        initializers = {i.name for i in proto.graph.initializer}
+        inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+        func_op.attributes[collage.INPUT_NAMES] = ir.ArrayAttr.get(
+            [ir.StringAttr.get(n) for n in inputs])
+        func_op.attributes[collage.OUTPUT_NAMES] = ir.ArrayAttr.get(
+            [ir.StringAttr.get(o.name) for o in proto.graph.output])
+    if not module.operation.verify():
+        raise CollageError(f"{label}: imported IR does not verify")
+    return module
+
+
+def parse_mlir(text: str, label: str = "<input>", context: ir.Context | None = None) -> ir.Module:
+    """Parse MLIR text, turning the parser's diagnostics into a one-line CollageError."""
+    context = context or make_context()
+    try:
+        return ir.Module.parse(text, context)
+    except ir.MLIRError as e:
+        diag = e.error_diagnostics[0] if e.error_diagnostics else None
+        where = f"{diag.location}: " if diag else ""
+        msg = diag.message if diag else str(e)
+        raise CollageError(f"{label}: {where}{msg}") from None

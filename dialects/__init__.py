@@ -1,0 +1,1 @@
+"""Dialect views: the ONNX-in-MLIR form we read and the `collage.` attribute vocabulary we write."""

@@ -1,0 +1,28 @@
+"""The collage vocabulary: every discardable attribute the passes read or write, in one place.
+
+All names live under the `collage.` prefix so that any MLIR tool can strip them and the model
+is untouched. Phases 1-3 only add these attributes; only outlining rewrites the IR.
+"""
+
+from __future__ import annotations
+
+NODE = "collage.node"
+"""i64 on each op: its post-dfs index in the DataflowGraph of its function (annotate)."""
+
+CANDIDATES = "collage.candidates"
+"""On the function: array of dicts {backend, rule, nodes} — every CandidatePartition (annotate)."""
+
+BACKEND = "collage.backend"
+"""String on each op (search) and on each outlined function (outline): who runs it."""
+
+REGION = "collage.region"
+"""i64 on each op: index of the chosen region it belongs to (search)."""
+
+ESTIMATED_COST = "collage.estimated_cost"
+"""f64 seconds: on the function (total, search) and on each outlined function (outline)."""
+
+INPUT_NAMES = "collage.input_names"
+OUTPUT_NAMES = "collage.output_names"
+"""String arrays on an imported function: the ONNX graph's input / output names, for the API."""
+
+ALL = (NODE, CANDIDATES, BACKEND, REGION, ESTIMATED_COST, INPUT_NAMES, OUTPUT_NAMES)
