@@ -1,0 +1,41 @@
+"""Cost and the CostEstimator interface.
+
+A cost is seconds as a float: +inf means invalid (the backend failed or gave wrong numbers),
+NaN means unknown. The search asks for every candidate's cost in one batch (so a measuring
+estimator can share compiles) and for the cost of handing a tensor between backends.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+
+from collage_mlir.candidate import CandidatePartition
+
+INVALID = math.inf
+UNKNOWN = math.nan
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): called as candidates are costed."""
+
+
+def is_invalid(cost: float) -> bool:
+    return cost == math.inf
+
+
+def is_unknown(cost: float) -> bool:
+    return math.isnan(cost)
+
+
+class CostEstimator(abc.ABC):
+    """Gives each candidate a cost in seconds, and each backend hand-off a cost."""
+
+    @abc.abstractmethod
+    def estimate(self, candidates: Sequence[CandidatePartition],
+                 progress: Progress | None = None) -> list[float]:
+        """Cost of each candidate, in order. Never raises for one bad candidate: +inf."""
+
+    @abc.abstractmethod
+    def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
+        """Seconds to hand `nbytes` produced by `src_backend` to `dst_backend` (0 if same)."""

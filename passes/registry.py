@@ -1,0 +1,122 @@
+"""The pass registry: name → pass class, loaded lazily, with typed options.
+
+A pass is a frozen dataclass subclassing `CollagePass` with a class attribute `name` (its
+pipeline argument) and fields as options. `collage-annotate{backends=a,b max-depth=3}` sets
+`backends=("a", "b")` and `max_depth=3`; options may be separated by spaces (MLIR style) or
+commas, and a bare word after a list option extends the list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+import typing
+from typing import Any, ClassVar
+
+from iree.compiler import ir
+
+from collage_mlir.errors import CollageError
+
+# name → module under collage_mlir.passes; modules are imported on first use.
+_LAZY: dict[str, str] = {
+    "collage-test-extract": "test_extract",
+    "collage-annotate": "annotate",
+    "collage-search": "search",
+    "collage-outline": "outline",
+    "collage-partition": "partition",
+}
+_LOADED: dict[str, type[CollagePass]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class CollagePass:
+    """Base of the Python passes. Subclasses set `name` and implement `run_on_module`."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def run_on_module(self, module: ir.Operation) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def from_options(cls, text: str) -> CollagePass:
+        """Build from the text between braces in `name{...}`."""
+        return cls(**_parse_options(cls, text))
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name.replace("_", "-") for f in dataclasses.fields(cls)]
+
+
+def register(cls: type[CollagePass]) -> type[CollagePass]:
+    """Class decorator: make a pass available by its `name`."""
+    _LOADED[cls.name] = cls
+    return cls
+
+
+def pass_names() -> list[str]:
+    return sorted(set(_LAZY) | set(_LOADED))
+
+
+def get_pass_class(name: str) -> type[CollagePass] | None:
+    """The pass class for `name`, or None when it is not a collage pass (maybe upstream)."""
+    if name not in _LOADED and name in _LAZY:
+        importlib.import_module(f"collage_mlir.passes.{_LAZY[name]}")
+    return _LOADED.get(name)
+
+
+def _split_options(text: str) -> list[str]:
+    return [t for t in text.replace(",", " ").split() if t]
+
+
+def _parse_options(cls: type[CollagePass], text: str) -> dict[str, Any]:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    raw: dict[str, list[str]] = {}
+    last: str | None = None
+    for token in _split_options(text):
+        if "=" in token:
+            key, value = token.split("=", 1)
+            key = key.replace("-", "_")
+            if key not in fields:
+                known = ", ".join(cls.option_names()) or "none"
+                raise CollageError(f"pass '{cls.name}': unknown option '{key.replace('_', '-')}'"
+                                   f" (options: {known})")
+            raw[key] = [value] if value else []
+            last = key
+        elif last is not None and _is_list(hints[last]):
+            raw[last].append(token)
+        else:
+            raise CollageError(f"pass '{cls.name}': cannot parse option text '{token}'")
+    return {k: _convert(cls.name, k, hints[k], v) for k, v in raw.items()}
+
+
+def _is_list(hint: Any) -> bool:
+    return typing.get_origin(hint) in (tuple, list)
+
+
+def _convert(pass_name: str, key: str, hint: Any, values: list[str]) -> Any:
+    option = key.replace("_", "-")
+    if _is_list(hint):
+        (item,) = set(typing.get_args(hint)) - {Ellipsis}
+        return tuple(_scalar(pass_name, option, item, v) for v in values)
+    if len(values) != 1:
+        raise CollageError(f"pass '{pass_name}': option '{option}' takes one value")
+    return _scalar(pass_name, option, hint, values[0])
+
+
+def _scalar(pass_name: str, option: str, hint: Any, value: str) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        if value.lower() == "none":
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    try:
+        if hint is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1")
+        return hint(value)
+    except ValueError:
+        raise CollageError(f"pass '{pass_name}': option '{option}' expects "
+                           f"{getattr(hint, '__name__', hint)}, got '{value}'") from None

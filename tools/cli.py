@@ -1,0 +1,58 @@
+"""collage-mlir: the user-facing command line.
+
+Each sub-command lives in its own module `collage_mlir.tools.cmd_<name>` with
+`add_arguments(parser)` and `run(args) -> int`. A CollageError anywhere becomes one line on
+stderr and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "import": "import an ONNX model into MLIR (ONNX-in-MLIR form)",
+    "measure": "measure every single-op candidate on each backend",
+    "cache": "inspect or clear the measurement cache",
+    "partition": "partition a model across backends and save it",
+    "run": "run a partitioned model saved by `partition`",
+    "demo": "run the whole pipeline on the bundled example",
+}
+
+
+def _module(name: str):
+    return importlib.import_module(f"collage_mlir.tools.cmd_{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="collage-mlir",
+                                     description="Collage on MLIR: mix inference backends.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in COMMANDS.items():
+        try:
+            module = _module(name)
+        except ModuleNotFoundError:
+            continue  # a command still being built
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from collage_mlir.errors import CollageError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except CollageError as e:
+        sys.stderr.write(f"collage-mlir: error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("collage-mlir: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""collage-mlir import model.onnx -o model.mlir"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("-o", "--output", default="-", help="output .mlir (- = stdout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from collage_mlir.importer import import_onnx
+
+    text = str(import_onnx(args.model))
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w") as f:
+            f.write(text)
+    return 0
