@@ -1,0 +1,87 @@
+"""Import: all light models, clean one-line errors for bad input (API and command line)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import onnx.helper as oh
+import pytest
+
+import collage_mlir
+from collage_mlir import CollageError
+from collage_mlir.graph import DataflowGraph
+
+
+def test_light_model_imports(light_model):
+    module = collage_mlir.import_onnx(light_model)
+    assert module.operation.verify()
+    graph = DataflowGraph(module.body.operations[0])
+    original = onnx.load(light_model)
+    # every ONNX node that depends on a graph input is an op node; the rest (weights made by
+    # ConstantOfShape, Unsqueeze of those) fold to constants
+    const = {i.name for i in original.graph.initializer}
+    real = 0
+    for n in original.graph.node:
+        if all(i in const or not i for i in n.input):
+            const.update(n.output)
+        else:
+            real += 1
+    assert graph.op_bits.bit_count() == real
+
+
+def _bad_op_model() -> onnx.ModelProto:
+    node = oh.make_node("NoSuchOp", ["x"], ["y"], name="mystery")
+    graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", 1, [2])],
+                          [oh.make_tensor_value_info("y", 1, [2])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_unsupported_op_names_node_and_op():
+    with pytest.raises(CollageError, match=r"node 'mystery' has unsupported op 'NoSuchOp'"):
+        collage_mlir.import_onnx(_bad_op_model())
+
+
+def test_malformed_model_names_file(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"this is not a protobuf")
+    with pytest.raises(CollageError, match="broken.onnx"):
+        collage_mlir.import_onnx(path)
+
+
+def test_dangling_input_is_reported(tmp_path):
+    node = oh.make_node("Relu", ["nowhere"], ["y"], name="r")
+    graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", 1, [2])],
+                          [oh.make_tensor_value_info("y", 1, [2])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(CollageError, match="malformed model"):
+        collage_mlir.import_onnx(model)
+
+
+@pytest.mark.parametrize("content", [b"garbage", None])
+def test_cli_error_is_one_line_exit_1(tmp_path, content):
+    path = tmp_path / "m.onnx"
+    if content is None:
+        onnx.save(_bad_op_model(), path)
+    else:
+        path.write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.cli", "import", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "m.onnx" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_import_writes_mlir(tmp_path):
+    from conftest import light_model_path
+
+    out = tmp_path / "squeezenet.mlir"
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.cli", "import",
+                           light_model_path("squeezenet"), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert 'torch.operator "onnx.Conv"' in text and "dialect_resources" in text
+    reparsed = collage_mlir.parse_mlir(text)
+    assert reparsed.operation.verify()
