@@ -1,0 +1,254 @@
+"""MLIR → ONNX: turn one ONNX-in-MLIR `func.func` back into a valid `onnx.ModelProto`.
+
+Graph-kind backends (onnxruntime, OpenVINO, TensorRT) take regions as ONNX models, so every
+function the pipeline makes — a whole imported model or an extracted region — must export.
+Attributes are typed from the ONNX schema of the function's opset, `onnx.Constant` values
+become initializers, omitted optional inputs become "" (trailing ones dropped), and node names
+are deterministic (`node_name(k)`) so a backend's per-node answers map back to graph nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import onnx
+from iree.compiler import ir
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from collage_mlir.dialects import collage
+from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.export.resources import ELEMENT_DTYPES, module_resources, resource_array
+
+MIN_IR_VERSION = 8
+"""onnxruntime 1.31 rejects IR 14 (what onnx 1.23 writes by default); 8 is widely accepted."""
+
+ELEMENT_TYPES: dict[str, int] = {
+    "f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "f32": TensorProto.FLOAT,
+    "f64": TensorProto.DOUBLE, "i1": TensorProto.BOOL, "si8": TensorProto.INT8,
+    "si16": TensorProto.INT16, "si32": TensorProto.INT32, "si64": TensorProto.INT64,
+    "ui8": TensorProto.UINT8, "ui16": TensorProto.UINT16, "ui32": TensorProto.UINT32,
+    "ui64": TensorProto.UINT64, "i8": TensorProto.INT8, "i16": TensorProto.INT16,
+    "i32": TensorProto.INT32, "i64": TensorProto.INT64,
+}
+"""MLIR element type spelling → ONNX TensorProto data type."""
+
+
+class ExportError(ValueError):
+    """The function uses something ONNX cannot express (a non-ONNX op, an unknown type)."""
+
+
+def node_name(index: int) -> str:
+    """The ONNX node name given to op number `index` (its position among the function's ops,
+    or the DataflowGraph index when `export_function` is given `op_names`)."""
+    return f"n{index}"
+
+
+def find_function(module: ir.Module, func_name: str | None = None) -> ir.Operation:
+    """The `func.func` named `func_name` in `module`, or its only/first one."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "func.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if func_name is None or name == func_name:
+            return op
+    raise ExportError(f"no function '{func_name or '<any>'}' in module")
+
+
+class _Namer:
+    """Unique, deterministic value names that never shadow a user-given name."""
+
+    def __init__(self, reserved: Iterable[str]) -> None:
+        self.used = set(reserved)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}_{k}", k + 1
+        self.used.add(name)
+        return name
+
+
+def _string_list(func_op: ir.Operation, key: str) -> list[str] | None:
+    if key not in func_op.attributes:
+        return None
+    return [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes[key])]
+
+
+def _meta(func_op: ir.Operation, key: str) -> ir.Attribute | None:
+    full = onnx_view.META_PREFIX + key
+    return func_op.attributes[full] if full in func_op.attributes else None
+
+
+def value_info(name: str, t: ir.Type) -> onnx.ValueInfoProto:
+    """A typed ValueInfoProto for a `!torch.vtensor` (unknown dims stay symbolic-free)."""
+    parsed = onnx_view.tensor_type(t)
+    if parsed is None:
+        raise ExportError(f"value '{name}' has non-tensor type {t}")
+    shape, elem = parsed
+    if elem not in ELEMENT_TYPES:
+        raise ExportError(f"value '{name}' has unsupported element type {elem}")
+    dims = None if shape is None else [d if d >= 0 else None for d in shape]
+    return helper.make_tensor_value_info(name, ELEMENT_TYPES[elem], dims)
+
+
+def attr_array(attr: ir.Attribute, resources: Callable[[], dict[str, bytes]]) -> np.ndarray:
+    """Numpy value of a dense / dense_resource elements attribute."""
+    if isinstance(attr, ir.DenseElementsAttr):
+        elem = str(ir.ShapedType(attr.type).element_type)
+        arr = np.array(attr)
+        return arr.astype(ELEMENT_DTYPES[elem]) if elem in ELEMENT_DTYPES else arr
+    return resource_array(attr, resources())
+
+
+def _scalar(attr: ir.Attribute) -> int | float | str:
+    if isinstance(attr, ir.BoolAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    raise ExportError(f"unsupported attribute {attr}")
+
+
+def make_attribute(name: str, attr: ir.Attribute, want: int | None,
+                   resources: Callable[[], dict[str, bytes]]) -> onnx.AttributeProto:
+    """One ONNX attribute; `want` is the schema's AttrType (None: infer from the MLIR attr)."""
+    if want == AttributeProto.TENSOR or isinstance(attr, ir.DenseElementsAttr) or (
+            want is None and str(attr).startswith("dense_resource<")):
+        return helper.make_attribute(name, numpy_helper.from_array(attr_array(attr, resources)))
+    if isinstance(attr, ir.ArrayAttr):
+        items = [_scalar(a) for a in attr]
+        if want == AttributeProto.FLOATS:
+            items = [float(x) for x in items]
+        elif want == AttributeProto.INTS:
+            items = [int(x) for x in items]
+        return helper.make_attribute(name, items, attr_type=want)
+    value = _scalar(attr)
+    if want == AttributeProto.FLOAT:
+        value = float(value)
+    elif want == AttributeProto.INT:
+        value = int(value)
+    elif want in (AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS):
+        value = [value]
+    return helper.make_attribute(name, value, attr_type=want)
+
+
+def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def export_function(module: ir.Module, func_name: str | None = None, *,
+                    op_names: Callable[[ir.Operation, int], str] | None = None
+                    ) -> onnx.ModelProto:
+    """Export one ONNX-in-MLIR function of `module` as a checked-valid ModelProto.
+
+    `op_names(op, k)` names the k-th op's ONNX node (default `node_name(k)`); callers that
+    hold a DataflowGraph pass one naming nodes by post-dfs index.
+    """
+    func_op = find_function(module, func_name)
+    opset_attr = _meta(func_op, "opset_version")
+    opset = ir.IntegerAttr(opset_attr).value if opset_attr is not None else \
+        onnx.defs.onnx_opset_version()
+    block = func_op.regions[0].blocks[0]
+    in_names = _string_list(func_op, collage.INPUT_NAMES) or [
+        f"input_{k}" for k in range(len(block.arguments))]
+    terminator = list(block.operations)[-1].operation
+    out_names = _string_list(func_op, collage.OUTPUT_NAMES) or [
+        f"output_{k}" for k in range(len(terminator.operands))]
+    if len(in_names) != len(block.arguments) or len(out_names) != len(terminator.operands):
+        raise ExportError("collage.input_names / output_names do not match the signature")
+    namer = _Namer([*in_names, *out_names])
+    cached: dict[str, dict[str, bytes]] = {}
+
+    def resources() -> dict[str, bytes]:
+        if "t" not in cached:
+            cached["t"] = module_resources(module)
+        return cached["t"]
+
+    names: dict[ir.Value, str] = dict(zip(block.arguments, in_names, strict=True))
+    # A returned op result takes its output name directly (first return of it wins).
+    for value, out in zip(terminator.operands, out_names, strict=True):
+        if value not in names and not _is_constant(value):
+            names[value] = out
+    nodes: list[onnx.NodeProto] = []
+    initializers: list[TensorProto] = []
+    for k, op in enumerate(block.operations):
+        op = op.operation
+        if op == terminator:
+            break
+        if op.name == onnx_view.NONE:
+            names[op.results[0]] = ""
+            continue
+        op_type = onnx_view.op_type(op)
+        if op_type is None:
+            raise ExportError(f"op '{op.name}' is not an ONNX operator")
+        attrs = onnx_view.attributes(op)
+        if op_type == "Constant" and set(attrs) == {"value"}:
+            tensor = numpy_helper.from_array(attr_array(attrs["value"], resources),
+                                             namer.fresh(f"const{k}"))
+            names[op.results[0]] = tensor.name
+            initializers.append(tensor)
+            continue
+        for r, v in enumerate(op.results):
+            if v not in names:
+                names[v] = namer.fresh(f"v{k}" if len(op.results) == 1 else f"v{k}_{r}")
+        nodes.append(_make_node(op, op_type, attrs, opset, names, resources,
+                                op_names(op, k) if op_names else node_name(k)))
+    outputs = []
+    for value, out in zip(terminator.operands, out_names, strict=True):
+        if names[value] != out:  # an input, constant or already-returned value: copy it
+            nodes.append(helper.make_node("Identity", [names[value]], [out],
+                                          name=namer.fresh(f"identity_{out}")))
+        outputs.append(value_info(out, value.type))
+    inputs = [value_info(n, a.type) for n, a in zip(in_names, block.arguments, strict=True)]
+    used = {i for n in nodes for i in n.input}
+    initializers = [t for t in initializers if t.name in used]  # e.g. folded shape constants
+    graph = helper.make_graph(nodes, ir.StringAttr(func_op.attributes["sym_name"]).value,
+                              inputs, outputs, initializer=initializers)
+    return _make_model(func_op, graph, opset)
+
+
+def _is_constant(value: ir.Value) -> bool:
+    owner = value.owner
+    if not isinstance(owner, ir.Operation | ir.OpView):
+        return False
+    op = owner.operation
+    return op.name == onnx_view.NONE or (
+        onnx_view.op_type(op) == "Constant" and set(onnx_view.attributes(op)) == {"value"})
+
+
+def _make_node(op: ir.Operation, op_type: str, attrs: dict[str, ir.Attribute], opset: int,
+               names: dict[ir.Value, str], resources: Callable[[], dict[str, bytes]],
+               name: str) -> onnx.NodeProto:
+    inputs = [names[v] for v in op.operands]
+    while inputs and inputs[-1] == "":
+        inputs.pop()
+    schema = _schema(op_type, opset)
+    typed = {a: schema.attributes[a].type for a in attrs} if schema else {}
+    node = helper.make_node(op_type, inputs, [names[v] for v in op.results], name=name)
+    node.attribute.extend(
+        make_attribute(a, attr, typed.get(a), resources) for a, attr in sorted(attrs.items()))
+    return node
+
+
+def _make_model(func_op: ir.Operation, graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", opset)]
+    ir_version = max(MIN_IR_VERSION, helper.find_min_ir_version_for(opsets, True))
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
+    for key, field in (("producer_name", "producer_name"),
+                       ("producer_version", "producer_version"),
+                       ("domain", "domain"), ("doc_string", "doc_string")):
+        attr = _meta(func_op, key)
+        if attr is not None and isinstance(attr, ir.StringAttr):
+            setattr(model, field, attr.value)
+    model_version = _meta(func_op, "model_version")
+    if model_version is not None:
+        model.model_version = ir.IntegerAttr(model_version).value
+    return model
