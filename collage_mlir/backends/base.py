@@ -85,6 +85,18 @@ class Backend(abc.ABC):
                 out.append(e)
         return out
 
+    def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
+        """Write `kernel`'s compiled artifact as files named `stem.*`; returns their paths.
+
+        The default writes nothing, and `load_kernel` compiles the region again. Backends
+        with a serialisable artifact (an IREE .vmfb, an ONNX model) override both.
+        """
+        return []
+
+    def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
+        """Load what `save_kernel` wrote for this region (`module`), or compile it again."""
+        return self.compile(module)
+
     def cache_options(self) -> str:
         """The options that change compiled code, as a stable string for cache keys."""
         return ",".join(f"{k}={self.options[k]}" for k in sorted(self.options))

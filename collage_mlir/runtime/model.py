@@ -1,0 +1,182 @@
+"""PartitionedModel: an outlined module with one compiled kernel per region.
+
+Saved as a directory: `model.mlir` (the partitioned module), `manifest.json` (entry point,
+input/output names, each region's backend and artifact files, the report) and the
+artifacts the backends chose to write. Loading does not search again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Backend, Kernel
+from collage_mlir.backends.registry import get_backend
+from collage_mlir.errors import CollageError
+from collage_mlir.importer import parse_mlir
+from collage_mlir.runtime.plan import Plan, build_plan, region_functions
+from collage_mlir.runtime.report import ReportRow, format_report
+
+FORMAT = "collage_mlir.partitioned/1"
+Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
+
+
+def region_module(fn: ir.Operation) -> ir.Module:
+    """A standalone module holding a public copy of region function `fn`."""
+    with fn.context, ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            clone = fn.clone()
+        if "sym_visibility" in clone.attributes:
+            del clone.attributes["sym_visibility"]
+    return module
+
+
+class PartitionedModel:
+    """A model split across backends, ready to `run`; see `collage_mlir.compile`."""
+
+    def __init__(self, module: ir.Module, kernels: dict[str, Kernel],
+                 backends: dict[str, Backend], report_rows: list[ReportRow] | None = None,
+                 estimated_cost: float | None = None) -> None:
+        self.module = module
+        self.plan: Plan = build_plan(module)
+        self.kernels = kernels
+        self.backends = backends
+        self.report_rows = report_rows or []
+        self.estimated_cost = estimated_cost
+
+    # -- building -----------------------------------------------------------------------
+
+    @classmethod
+    def from_module(cls, module: ir.Module, backend_options: Mapping[str, dict] | None = None,
+                    **kwargs) -> PartitionedModel:
+        """Compile every region function of an outlined module on its backend."""
+        backends, kernels = {}, {}
+        by_backend: dict[str, list[str]] = defaultdict(list)
+        regions = region_functions(module)
+        for name, fn in regions.items():
+            from collage_mlir.dialects import collage
+
+            by_backend[ir.StringAttr(fn.attributes[collage.BACKEND]).value].append(name)
+        for backend_name, names in sorted(by_backend.items()):
+            backend = get_backend(backend_name, **(backend_options or {}).get(backend_name, {}))
+            backends[backend_name] = backend
+            compiled = backend.compile_many([region_module(regions[n]) for n in names])
+            for n, k in zip(names, compiled, strict=True):
+                if isinstance(k, Exception):
+                    raise CollageError(f"region @{n} failed to compile on {backend_name}: "
+                                       f"{str(k).strip().splitlines()[0] if str(k) else k!r}")
+                kernels[n] = k
+        return cls(module, kernels, backends, **kwargs)
+
+    # -- running ------------------------------------------------------------------------
+
+    def _arrange(self, inputs: Inputs) -> list[np.ndarray]:
+        names = self.plan.input_names
+        if isinstance(inputs, Mapping):
+            missing = [n for n in names if n not in inputs]
+            extra = [n for n in inputs if n not in names]
+            if missing or extra:
+                raise CollageError(f"inputs: missing {missing}, unexpected {extra}; "
+                                   f"the model takes {names}")
+            arrays = [inputs[n] for n in names]
+        else:
+            arrays = list(inputs)
+            if len(arrays) != len(names):
+                raise CollageError(f"inputs: got {len(arrays)} arrays, the model takes "
+                                   f"{len(names)} ({names})")
+        out = []
+        for name, spec, a in zip(names, self.plan.inputs, arrays, strict=True):
+            a = np.asarray(a)
+            if a.shape != spec.shape:
+                raise CollageError(f"input '{name}': shape {a.shape}, expected {spec.shape}")
+            out.append(np.ascontiguousarray(a, dtype=spec.dtype))
+        return out
+
+    def run(self, inputs: Inputs) -> list[np.ndarray]:
+        """Run end to end: inputs by name (dict) or in order (list); outputs in order."""
+        slots: list[np.ndarray | None] = [None] * self.plan.slot_count
+        slots[: len(self.plan.inputs)] = self._arrange(inputs)
+        kernels = self.kernels
+        for step in self.plan.steps:
+            results = kernels[step.callee].run([slots[i] for i in step.args])
+            for i, r in zip(step.results, results, strict=True):
+                slots[i] = r
+        return [np.array(slots[i], copy=True) for i in self.plan.outputs]
+
+    # -- inspection ---------------------------------------------------------------------
+
+    @property
+    def mlir(self) -> str:
+        return str(self.module)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.input_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.output_names)
+
+    def report(self) -> str:
+        return format_report(self.report_rows, self.estimated_cost)
+
+    # -- persistence --------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.mlir").write_text(self.mlir)
+        regions = region_functions(self.module)
+        entries = []
+        for step in self.plan.steps:
+            backend = self.backends[step.backend]
+            files = backend.save_kernel(self.kernels[step.callee],
+                                        region_module(regions[step.callee]),
+                                        str(out / step.callee))
+            entries.append({"name": step.callee, "backend": step.backend,
+                            "backend_version": backend.version,
+                            "options": backend.options,
+                            "artifacts": [os.path.basename(f) for f in files]})
+        manifest = {"format": FORMAT, "entry": self.plan.entry,
+                    "inputs": self.plan.input_names, "outputs": self.plan.output_names,
+                    "estimated_cost": self.estimated_cost, "regions": entries,
+                    "report": [r.to_json() for r in self.report_rows]}
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        return out
+
+
+def load(directory: str | os.PathLike) -> PartitionedModel:
+    """Load a PartitionedModel saved by `save`, using the saved artifacts where present."""
+    d = Path(directory)
+    try:
+        manifest = json.loads((d / "manifest.json").read_text())
+        text = (d / "model.mlir").read_text()
+    except (OSError, json.JSONDecodeError) as e:
+        raise CollageError(f"{d}: not a saved partitioned model ({e})") from None
+    if manifest.get("format") != FORMAT:
+        raise CollageError(f"{d}: unknown format {manifest.get('format')!r}")
+    module = parse_mlir(text, str(d / "model.mlir"))
+    regions = region_functions(module)
+    backends: dict[str, Backend] = {}
+    kernels: dict[str, Kernel] = {}
+    for entry in manifest["regions"]:
+        name = entry["backend"]
+        if name not in backends:
+            backends[name] = get_backend(name, **entry.get("options", {}))
+            if backends[name].version != entry["backend_version"]:
+                print(f"collage-mlir: note: {name} {backends[name].version} differs from the "
+                      f"saved {entry['backend_version']}; recompiling", flush=True)
+        stem = str(d / entry["name"])
+        module_r = region_module(regions[entry["name"]])
+        same = backends[name].version == entry["backend_version"]
+        kernels[entry["name"]] = (backends[name].load_kernel(module_r, stem) if same
+                                  and entry["artifacts"] else backends[name].compile(module_r))
+    rows = [ReportRow.from_json(r) for r in manifest.get("report", [])]
+    return PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"))

@@ -1,0 +1,49 @@
+"""The partition report: one row per region — backend, ops, estimated cost, runner-up."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class ReportRow:
+    region: str
+    backend: str
+    ops: int
+    op_types: str
+    estimated_cost: float
+    runner_up: str = ""
+    runner_up_cost: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> ReportRow:
+        return ReportRow(**d)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def summarize_op_types(types: list[str], limit: int = 4) -> str:
+    """"Conv x3, Relu x2, ..." in first-seen order."""
+    counts: dict[str, int] = {}
+    for t in types:
+        counts[t] = counts.get(t, 0) + 1
+    parts = [f"{t} x{n}" if n > 1 else t for t, n in counts.items()]
+    return ", ".join(parts[:limit]) + (", ..." if len(parts) > limit else "")
+
+
+def format_report(rows: list[ReportRow], total: float | None = None) -> str:
+    header = ("region", "backend", "ops", "op types", "est. ms", "runner-up", "runner-up ms")
+    table = [header] + [(r.region, r.backend, str(r.ops), r.op_types, _ms(r.estimated_cost),
+                         r.runner_up or "-", _ms(r.runner_up_cost)) for r in rows]
+    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if total is not None:
+        lines.append(f"estimated total: {_ms(total)} ms over {len(rows)} regions")
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""collage-outline (RFC phase 4): one private function per chosen region.
+
+Reads `collage.region` / `collage.backend` stamped by collage-search and outlines each
+region of each public function as `func.func private @<fn>_<backend>_<k>` carrying
+`collage.backend` and, when the search recorded it, `collage.estimated_cost`. The public
+function is left holding calls in a valid order; multi-output regions return several
+results. This is the only pass that rewrites the model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from collage_mlir.dialects import collage
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, SubGraph, bits_of
+from collage_mlir.graph.outline import Region, outline
+from collage_mlir.passes.common import function_name, functions
+from collage_mlir.passes.registry import CollagePass, register
+
+
+@register
+@dataclass(frozen=True)
+class OutlinePass(CollagePass):
+    name = "collage-outline"
+    summary = "outline each collage.region into a per-backend private function"
+
+    def run_on_module(self, module: ir.Operation) -> None:
+        for fn in functions(module):
+            outline_function(fn)
+        if not module.verify():
+            raise CollageError("outlined module does not verify")
+
+
+def outline_function(fn: ir.Operation) -> list[ir.Operation]:
+    """Outline the regions of one function; returns the new call ops in execution order."""
+    graph = DataflowGraph(fn)
+    name = function_name(fn)
+    members: dict[int, list[int]] = defaultdict(list)
+    backend: dict[int, str] = {}
+    for node in graph.op_nodes():
+        attrs = node.op.attributes
+        if collage.REGION not in attrs or collage.BACKEND not in attrs:
+            raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
+                               f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
+        k = ir.IntegerAttr(attrs[collage.REGION]).value
+        members[k].append(node.index)
+        b = ir.StringAttr(attrs[collage.BACKEND]).value
+        if backend.setdefault(k, b) != b:
+            raise CollageError(f"@{name}: region {k} mixes backends {backend[k]} and {b}")
+    costs = _region_costs(fn)
+    regions = []
+    for k in sorted(members):
+        attrs = {collage.BACKEND: _str(fn, backend[k])}
+        if k < len(costs):
+            with fn.context:
+                attrs[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(costs[k])
+        regions.append(Region(SubGraph(graph, bits_of(members[k])),
+                              f"{name}_{_ident(backend[k])}_{k}", attrs))
+    try:
+        calls = outline(graph, regions)
+    except ValueError as e:
+        raise CollageError(f"@{name}: cannot outline: {e}") from None
+    for key in (collage.CANDIDATES, REGION_COSTS):
+        if key in fn.attributes:
+            del fn.attributes[key]
+    return calls
+
+
+REGION_COSTS = "collage.region_costs"
+"""Optional f64 array on the function (search): estimated seconds per region index."""
+
+
+def _region_costs(fn: ir.Operation) -> list[float]:
+    if REGION_COSTS not in fn.attributes:
+        return []
+    return [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[REGION_COSTS])]
+
+
+def _str(fn: ir.Operation, s: str) -> ir.Attribute:
+    with fn.context:
+        return ir.StringAttr.get(s)
+
+
+def _ident(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)
