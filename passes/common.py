@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collage_mlir.dialects import collage
 from iree.compiler import ir
 
+from collage_mlir.dialects import collage
 from collage_mlir.graph import DataflowGraph, NodeKind
 
 

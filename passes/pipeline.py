@@ -8,10 +8,10 @@ with the pass name, so the command line can print one clean line.
 
 from __future__ import annotations
 
-from collage_mlir.passes.registry import CollagePass, get_pass_class
 from iree.compiler import ir, passmanager
 
 from collage_mlir.errors import CollageError
+from collage_mlir.passes.registry import CollagePass, get_pass_class
 
 
 def split_top_level(text: str) -> list[str]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collage_mlir.passes.common import function_name, functions, stamp_nodes
-from collage_mlir.passes.registry import CollagePass, register
 from iree.compiler import ir
 
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, SubGraphConfig, bits_of
 from collage_mlir.graph.outline import Region, outline
+from collage_mlir.passes.common import function_name, functions, stamp_nodes
+from collage_mlir.passes.registry import CollagePass, register
 
 
 @register

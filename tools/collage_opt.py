@@ -13,11 +13,10 @@ import argparse
 import sys
 from typing import TextIO
 
-from collage_mlir.passes.pipeline import Pipeline
-from collage_mlir.passes.registry import get_pass_class, pass_names
-
 from collage_mlir.errors import CollageError
 from collage_mlir.importer import import_onnx, parse_mlir
+from collage_mlir.passes.pipeline import Pipeline
+from collage_mlir.passes.registry import get_pass_class, pass_names
 
 SPLIT_MARKER = "// -----"
 
