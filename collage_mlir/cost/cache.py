@@ -1,0 +1,249 @@
+"""The persistent measurement cache: one embedded SQLite file, shared by concurrent runs.
+
+Why SQLite: every write is an atomic transaction, so a run killed mid-measurement leaves the
+file intact, and WAL mode with a busy timeout lets two `collage-mlir` processes measure into
+the same file at once (readers never block, writers queue). Each result is written as soon as
+it arrives, so an interrupted run keeps everything it measured.
+
+Rows are keyed by `collage_mlir.cost.key.measurement_key` (region structure + backend build +
+host). Statuses:
+- `ok`: measured, numbers checked (or `error` holds why they could not be checked);
+- `invalid`: the backend failed on this region (compile error, crash, hang, wrong numbers):
+  cost +inf, and the reason is kept so users can see why a backend was never chosen;
+- `error`: the measurement infrastructure failed (worker could not start): not the
+  candidate's fault, so it is measured again next time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+OK, INVALID, ERROR = "ok", "invalid", "error"
+STATUSES = (OK, INVALID, ERROR)
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS measurements (
+    key TEXT PRIMARY KEY,
+    region TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    version TEXT NOT NULL,
+    options TEXT NOT NULL,
+    host TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    median REAL, p90 REAL, spread REAL,
+    runs INTEGER NOT NULL DEFAULT 0,
+    error TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS measurements_backend ON measurements (backend, status);
+CREATE TABLE IF NOT EXISTS transitions (
+    key TEXT PRIMARY KEY,
+    src TEXT NOT NULL,
+    dst TEXT NOT NULL,
+    host TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    per_call REAL, per_byte REAL,
+    points TEXT NOT NULL DEFAULT '[]',
+    error TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL
+);
+"""
+
+
+def default_cache_path() -> Path:
+    """`$COLLAGE_CACHE`, else `$XDG_CACHE_HOME/collage_mlir/cache.sqlite`, else ~/.cache/…"""
+    if os.environ.get("COLLAGE_CACHE"):
+        return Path(os.environ["COLLAGE_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "collage_mlir" / "cache.sqlite"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One cached result. Times are seconds; `spread` is (p90 - p10) / median."""
+
+    key: str
+    region: str
+    backend: str
+    version: str
+    options: str
+    host: str
+    signature: str
+    status: str
+    median: float | None = None
+    p90: float | None = None
+    spread: float | None = None
+    runs: int = 0
+    error: str = ""
+    created: float = field(default_factory=time.time)
+
+    @property
+    def cost(self) -> float:
+        """Seconds for the search: the median, +inf when invalid, NaN when unknown."""
+        if self.status == OK and self.median is not None:
+            return self.median
+        return math.inf if self.status == INVALID else math.nan
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A fitted hand-off cost `per_call + per_byte * nbytes` from `src` to `dst`."""
+
+    key: str
+    src: str
+    dst: str
+    host: str
+    status: str
+    per_call: float | None = None
+    per_byte: float | None = None
+    points: list[tuple[int, float]] = field(default_factory=list)
+    """(nbytes, seconds) the fit was made from."""
+    error: str = ""
+    created: float = field(default_factory=time.time)
+
+    def cost(self, nbytes: int) -> float:
+        if self.status != OK or self.per_call is None or self.per_byte is None:
+            return math.nan
+        return self.per_call + self.per_byte * nbytes
+
+
+class MeasurementCache:
+    """Open (creating if needed) the cache at `path` (default: `default_cache_path()`)."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
+                                     isolation_level=None, check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
+        with self._write():
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                self._conn.execute(stmt)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
+                               (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> MeasurementCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction; IMMEDIATE takes the write lock up front (no upgrade deadlock)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    # -- measurements -------------------------------------------------------------------
+
+    def put(self, m: Measurement) -> None:
+        """Store (or replace) one result, atomically."""
+        self.put_many([m])
+
+    def put_many(self, ms: Iterable[Measurement]) -> None:
+        rows = [tuple(asdict(m).values()) for m in ms]
+        if not rows:
+            return
+        marks = ", ".join("?" * len(rows[0]))
+        with self._write():
+            self._conn.executemany(f"INSERT OR REPLACE INTO measurements VALUES ({marks})", rows)
+
+    def get(self, key: str) -> Measurement | None:
+        return self.get_many([key]).get(key)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Measurement]:
+        """Rows for the keys that are cached (in chunks: SQLite limits bound parameters)."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, Measurement] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            q = f"SELECT * FROM measurements WHERE key IN ({', '.join('?' * len(chunk))})"
+            for row in self._conn.execute(q, chunk):
+                out[row[0]] = Measurement(*row)
+        return out
+
+    def measurements(self, backend: str | None = None) -> list[Measurement]:
+        q, args = "SELECT * FROM measurements", ()
+        if backend is not None:
+            q, args = q + " WHERE backend = ?", (backend,)
+        return [Measurement(*row) for row in self._conn.execute(q + " ORDER BY created", args)]
+
+    # -- transitions --------------------------------------------------------------------
+
+    def put_transition(self, t: Transition) -> None:
+        row = asdict(t)
+        row["points"] = json.dumps(row["points"])
+        with self._write():
+            self._conn.execute("INSERT OR REPLACE INTO transitions VALUES "
+                               f"({', '.join('?' * len(row))})", tuple(row.values()))
+
+    def get_transition(self, key: str) -> Transition | None:
+        row = self._conn.execute("SELECT * FROM transitions WHERE key = ?", (key,)).fetchone()
+        return _transition(row) if row else None
+
+    def transitions(self) -> list[Transition]:
+        rows = self._conn.execute("SELECT * FROM transitions ORDER BY src, dst")
+        return [_transition(r) for r in rows]
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """Entries per backend and status, transitions, and the file size in bytes."""
+        per: dict[str, dict[str, int]] = {}
+        for backend, status, n in self._conn.execute(
+                "SELECT backend, status, COUNT(*) FROM measurements GROUP BY backend, status"):
+            per.setdefault(backend, {s: 0 for s in STATUSES})[status] = n
+        transitions = self._conn.execute("SELECT COUNT(*) FROM transitions").fetchone()[0]
+        size = sum(p.stat().st_size for p in self._files() if p.exists())
+        return {"path": str(self.path), "backends": per,
+                "entries": sum(sum(v.values()) for v in per.values()),
+                "transitions": transitions, "bytes": size}
+
+    def clear(self, backend: str | None = None) -> int:
+        """Delete measurements (of one backend, or all, with all transitions); returns count."""
+        with self._write():
+            if backend is None:
+                n = self._conn.execute("DELETE FROM measurements").rowcount
+                self._conn.execute("DELETE FROM transitions")
+            else:
+                n = self._conn.execute("DELETE FROM measurements WHERE backend = ?",
+                                       (backend,)).rowcount
+                self._conn.execute("DELETE FROM transitions WHERE src = ? OR dst = ?",
+                                   (backend, backend))
+        if backend is None:
+            self._conn.execute("VACUUM")
+        return n
+
+    def integrity_ok(self) -> bool:
+        return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def _files(self) -> list[Path]:
+        return [self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")]
+
+
+def _transition(row: tuple) -> Transition:
+    values = list(row)
+    values[7] = [tuple(p) for p in json.loads(values[7])]
+    return Transition(*values)

@@ -1,0 +1,206 @@
+"""Cache keys: a structural hash of an extracted region, plus who measures it and where.
+
+Two candidates share a measurement when they compute the same thing the same way: same ops,
+attributes, operand structure, types, and the same values of small constants. So the region
+key walks the function and writes a canonical text in which SSA values are numbered by
+position (SSA names, the function name and `collage.*` attributes never matter), and each
+`dense_resource` blob is replaced by what it holds:
+
+- a blob of at most `SMALL_CONSTANT_BYTES` (shapes, axes, scalars) by a digest of its bytes,
+  because those values change what the region computes and how fast;
+- a bigger blob (weights) by its size only — its shape and dtype are already in the attribute's
+  type. Weight values do not change a dense kernel's latency, and keying on them would make
+  every residual block of a real ResNet a separate measurement instead of one.
+
+The blobs are only visible in the printed module's `dialect_resources` section (the Python
+bindings cannot read them back), so the region key is computed from the printed text, which
+is also what the measuring worker re-parses.
+
+The full measurement key adds the backend's name, version and `cache_options()` and a host
+fingerprint (CPU model, flags, core count): a number measured elsewhere is not reused.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import re
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from collage_mlir.dialects import onnx as onnx_view
+
+SMALL_CONSTANT_BYTES = 4096
+KEY_VERSION = "1"  # bump when the canonical form changes, so old cache rows stop matching
+
+_RESOURCE_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>\s]+)>')
+_RESOURCE_ENTRY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|[^\s:"]+)\s*:\s*"0x([0-9A-Fa-f]*)"', re.M)
+_SKIPPED_FUNC_ATTRS = frozenset({
+    "sym_name", "function_type", "sym_visibility",
+    onnx_view.META_PREFIX + "producer_name", onnx_view.META_PREFIX + "producer_version",
+})
+_CONSTANT_TYPES = frozenset({"Constant", "ConstantOfShape"})
+
+
+@dataclass(frozen=True)
+class RegionKey:
+    """The identity of an extracted region: `digest` (hex) and a human-readable `signature`."""
+
+    digest: str
+    signature: str
+
+
+def module_text(module: ir.Module) -> str:
+    """The module as the worker will re-parse it (resources included, no locations)."""
+    return module.operation.get_asm(assume_verified=True)
+
+
+def parse_resources(text: str) -> dict[str, str]:
+    """Resource name → hex blob (after the 4-byte alignment prefix) from the printed module."""
+    start = text.rfind("{-#")
+    if start < 0:
+        return {}
+    out: dict[str, str] = {}
+    for m in _RESOURCE_ENTRY.finditer(text, start):
+        out[_unquote(m.group(1))] = m.group(2)[8:].upper()
+    return out
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if name.startswith('"') else name
+
+
+def _blob_token(hex_blob: str | None) -> str:
+    """What stands for a resource in the canonical text (see the module docstring)."""
+    if hex_blob is None:
+        return "missing"
+    nbytes = len(hex_blob) // 2
+    if nbytes <= SMALL_CONSTANT_BYTES:
+        return "v" + hashlib.sha256(hex_blob.encode()).hexdigest()[:32]
+    return f"large{nbytes}"
+
+
+class _Canonicalizer:
+    """Writes a function as position-numbered canonical lines."""
+
+    def __init__(self, resources: dict[str, str]) -> None:
+        self.resources = resources
+        self.names: dict[ir.Value, str] = {}
+        self.lines: list[str] = []
+
+    def attr(self, attr: ir.Attribute) -> str:
+        text = str(attr)
+        if "dense_resource<" not in text:
+            return text
+        return _RESOURCE_REF.sub(
+            lambda m: f"dense_resource<{_blob_token(self.resources.get(_unquote(m.group(1))))}>",
+            text)
+
+    def attrs(self, op: ir.Operation, skip: frozenset[str] = frozenset()) -> str:
+        items = sorted((k, self.attr(a)) for k, a in op.attributes.items()
+                       if k not in skip and not k.startswith("collage."))
+        return "{" + ", ".join(f"{k}={v}" for k, v in items) + "}"
+
+    def name(self, value: ir.Value) -> str:
+        return self.names.get(value, "?")
+
+    def block(self, block: ir.Block, depth: int) -> None:
+        args = []
+        for arg in block.arguments:
+            self.names[arg] = f"%{len(self.names)}"
+            args.append(f"{self.names[arg]}:{arg.type}")
+        self.lines.append(f"{'  ' * depth}^({', '.join(args)})")
+        for op in block.operations:
+            self.op(op.operation, depth + 1)
+
+    def op(self, op: ir.Operation, depth: int) -> None:
+        operands = ", ".join(self.name(v) for v in op.operands)
+        results = []
+        for r in op.results:
+            self.names[r] = f"%{len(self.names)}"
+            results.append(f"{self.names[r]}:{r.type}")
+        self.lines.append(f"{'  ' * depth}{', '.join(results)} = {op.name}({operands}) "
+                          f"{self.attrs(op)}")
+        for region in op.regions:
+            self.lines.append(f"{'  ' * depth}region")
+            for block in region.blocks:
+                self.block(block, depth + 1)
+
+
+def find_function(module: ir.Module) -> ir.Operation:
+    """The single `func.func` of an extracted region."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            return op.operation
+    raise ValueError("module holds no func.func")
+
+
+def region_key(module: ir.Module, text: str | None = None) -> RegionKey:
+    """Structural key of the region in `module`; `text` is its printed form if already made."""
+    text = module_text(module) if text is None else text
+    fn = find_function(module)
+    canon = _Canonicalizer(parse_resources(text))
+    canon.lines.append(f"key{KEY_VERSION} func {canon.attrs(fn, _SKIPPED_FUNC_ATTRS)}")
+    for block in fn.regions[0].blocks:
+        canon.block(block, 0)
+    digest = hashlib.sha256("\n".join(canon.lines).encode()).hexdigest()
+    return RegionKey(digest, signature(fn))
+
+
+def _short_type(t: ir.Type) -> str:
+    parsed = onnx_view.tensor_type(t)
+    if parsed is None:
+        return str(t)
+    shape, dtype = parsed
+    if shape is None:
+        return f"*x{dtype}"
+    return "x".join([*("?" if d < 0 else str(d) for d in shape), dtype])
+
+
+def signature(fn: ir.Operation) -> str:
+    """"Conv (1x3x224x224xf32, 64x3x7x7xf32) -> (1x64x112x112xf32)", for tables and listings."""
+    body = fn.regions[0].blocks[0]
+    real = [op.operation for op in body.operations
+            if onnx_view.op_type(op.operation) not in (None, *_CONSTANT_TYPES)]
+    ops = [onnx_view.op_type(op) for op in real]
+    # One op: show every operand (weights too); several: the region's arguments.
+    values = list(real[0].operands) if len(real) == 1 else list(body.arguments)
+    ins = ", ".join(_short_type(v.type) for v in values if not onnx_view.is_none(v))
+    ret = list(body.operations)[-1].operation
+    outs = ", ".join(_short_type(v.type) for v in ret.operands)
+    return f"{'+'.join(ops) or '(constants)'} ({ins}) -> ({outs})"
+
+
+@functools.cache
+def host_fingerprint() -> str:
+    """CPU model, a digest of its flags, core count and machine: what timings depend on."""
+    model, flags = platform.processor() or "", ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model.strip():
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = value.strip()
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 0
+    flag_digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"{platform.machine()}|{model}|flags:{flag_digest}|cores:{cores}"
+
+
+def measurement_key(region: RegionKey | str, backend: str, version: str, options: str,
+                    host: str | None = None) -> str:
+    """The cache key of measuring `region` on one backend build on this host."""
+    digest = region.digest if isinstance(region, RegionKey) else region
+    host = host_fingerprint() if host is None else host
+    parts = [KEY_VERSION, digest, backend, version, options, host]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
