@@ -1,0 +1,109 @@
+"""User-pinned placements: an onnx-mlir style JSON file that the search must respect.
+
+    {"placement": [
+       {"pattern": {"match": {"node_type": "LRN|Softmax", "onnx_node_name": ".*"},
+                    "rewrite": {"backend": "openvino"}}},
+       {"pattern": {"match": {"node_type": "Gemm"},
+                    "rewrite": {"exclude": ["iree"]}}}
+    ]}
+
+For each op, the first pattern whose regexes all match (full match; `node_type` is the ONNX
+op type, `onnx_node_name` the node's name from the ONNX file) decides: `backend` pins the op
+to that backend, `exclude` forbids the listed backends. Ops no pattern matches are free.
+A candidate survives only if every op inside allows its backend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, Node
+
+
+@dataclass(frozen=True)
+class PlacementRule:
+    node_type: re.Pattern | None
+    node_name: re.Pattern | None
+    backend: str | None
+    exclude: frozenset[str]
+
+    def matches(self, op_type: str, name: str) -> bool:
+        return ((self.node_type is None or bool(self.node_type.fullmatch(op_type)))
+                and (self.node_name is None or bool(self.node_name.fullmatch(name))))
+
+    def allows(self, backend: str) -> bool:
+        return (self.backend is None or backend == self.backend) and backend not in self.exclude
+
+
+class Placement:
+    """An ordered list of PlacementRules; first match wins."""
+
+    def __init__(self, rules: list[PlacementRule]) -> None:
+        self.rules = rules
+
+    @staticmethod
+    def from_json(path: str | Path) -> Placement:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise CollageError(f"{path}: cannot read placement file: {e}") from None
+        entries = data.get("placement") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise CollageError(f"{path}: expected {{\"placement\": [...]}}")
+        return Placement([_rule(path, k, e) for k, e in enumerate(entries)])
+
+    def rule_for(self, op_type: str, name: str) -> PlacementRule | None:
+        return next((r for r in self.rules if r.matches(op_type, name)), None)
+
+    def allowed(self, graph: DataflowGraph, candidate: CandidatePartition) -> bool:
+        for i in candidate.sub_graph.nodes:
+            node = graph.nodes[i]
+            rule = self.rule_for(node.op_type, node_name(node))
+            if rule is not None and not rule.allows(candidate.backend):
+                return False
+        return True
+
+    def filter(self, graph: DataflowGraph,
+               candidates: list[CandidatePartition]) -> list[CandidatePartition]:
+        return [c for c in candidates if self.allowed(graph, c)]
+
+
+def node_name(node: Node) -> str:
+    """The ONNX node name the importer kept as the op's location, or ""."""
+    loc = str(node.op.location) if node.op is not None else ""
+    m = re.match(r'loc\("([^"]*)"', loc)
+    return m.group(1) if m else ""
+
+
+def _rule(path, k: int, entry: object) -> PlacementRule:
+    where = f"{path}: placement[{k}]"
+    pattern = entry.get("pattern") if isinstance(entry, dict) else None
+    if not isinstance(pattern, dict):
+        raise CollageError(f"{where}: expected {{\"pattern\": {{\"match\": ..., \"rewrite\": ...}}}}")
+    match, rewrite = pattern.get("match", {}), pattern.get("rewrite", {})
+    if not isinstance(match, dict) or not isinstance(rewrite, dict):
+        raise CollageError(f"{where}: 'match' and 'rewrite' must be objects")
+    unknown = (set(match) - {"node_type", "onnx_node_name"}) | (
+        set(rewrite) - {"backend", "device", "exclude"})
+    if unknown:
+        raise CollageError(f"{where}: unknown keys {sorted(unknown)}")
+    backend = rewrite.get("backend", rewrite.get("device"))
+    exclude = rewrite.get("exclude", [])
+    if backend is None and not exclude:
+        raise CollageError(f"{where}: rewrite needs 'backend' or 'exclude'")
+    try:
+        return PlacementRule(_regex(match.get("node_type")), _regex(match.get("onnx_node_name")),
+                             backend, frozenset(exclude))
+    except re.error as e:
+        raise CollageError(f"{where}: bad regex: {e}") from None
+
+
+def _regex(text: str | None) -> re.Pattern | None:
+    return None if text is None else re.compile(text)
+
+

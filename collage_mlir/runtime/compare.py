@@ -1,0 +1,74 @@
+"""Side-by-side latency of a partitioned model and each backend running the whole model.
+
+Used by `collage-mlir demo` and `bench/`. Timings interleave the contenders round by round
+so that machine noise hits them alike; only ratios taken in one run are meaningful.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.registry import get_backend
+from collage_mlir.runtime.plan import TensorSpec
+
+Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+def random_inputs(module: ir.Module, seed: int = 0) -> list[np.ndarray]:
+    """Inputs for the module's public function: standard normal floats, small ints."""
+    from collage_mlir.passes.common import functions
+
+    fn = functions(module.operation)[0]
+    rng = np.random.default_rng(seed)
+    out = []
+    for a in fn.regions[0].blocks[0].arguments:
+        spec = TensorSpec.of(a.type)
+        if np.issubdtype(spec.dtype, np.floating):
+            out.append(rng.standard_normal(spec.shape).astype(spec.dtype))
+        else:
+            out.append(rng.integers(0, 2, spec.shape).astype(spec.dtype))
+    return out
+
+
+def whole_model_runner(module: ir.Module, backend_name: str) -> Runner:
+    """Compile the whole (un-partitioned) model on one backend."""
+    from collage_mlir.passes.common import functions
+    from collage_mlir.runtime.model import region_module
+
+    kernel = get_backend(backend_name).compile(region_module(functions(module.operation)[0]))
+    return kernel.run
+
+
+@dataclass
+class Timing:
+    name: str
+    median_s: float
+    p90_s: float
+
+
+def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
+                      rounds: int = 20, warmup: int = 3, inner: int = 1) -> list[Timing]:
+    """Median and p90 per runner; rounds alternate between runners."""
+    samples: dict[str, list[float]] = {n: [] for n in runners}
+    args = list(inputs)
+    for _ in range(warmup):
+        for r in runners.values():
+            r(args)
+    for _ in range(rounds):
+        for name, r in runners.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                r(args)
+            samples[name].append((time.perf_counter() - t0) / inner)
+    return [Timing(n, float(np.median(s)), float(np.percentile(s, 90)))
+            for n, s in samples.items()]
+
+
+def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                for x, y in zip(a, b, strict=True)), default=0.0)
