@@ -1,0 +1,56 @@
+"""collage-mlir run out/ [--inputs name=x.npy ...] — run a saved partitioned model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from collage_mlir.errors import CollageError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", help="directory written by `collage-mlir partition -o`")
+    p.add_argument("--inputs", nargs="*", default=[],
+                   help="input arrays as .npy files, in input order or as name=file.npy "
+                        "(default: seeded random inputs)")
+    p.add_argument("--save-outputs", metavar="DIR", help="write each output as DIR/<name>.npy")
+    p.add_argument("--repeat", type=int, default=0,
+                   help="also time N runs and print the median latency")
+
+
+def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
+    def load(path: str) -> np.ndarray:
+        try:
+            return np.load(path)
+        except (OSError, ValueError) as e:
+            raise CollageError(f"{path}: cannot read .npy input: {e}") from None
+
+    if all("=" in s for s in specs):
+        return {k: load(v) for k, v in (s.split("=", 1) for s in specs)}
+    if any("=" in s for s in specs):
+        raise CollageError("--inputs: use either all name=file.npy or all file.npy")
+    return [load(s) for s in specs]
+
+
+def run(args: argparse.Namespace) -> int:
+    from collage_mlir.runtime import load
+    from collage_mlir.runtime.compare import random_inputs, time_side_by_side
+
+    model = load(args.model_dir)
+    inputs = (load_inputs(args.inputs, model.input_names) if args.inputs
+              else random_inputs(model.module))
+    outputs = model.run(inputs)
+    for name, out in zip(model.output_names, outputs, strict=True):
+        print(f"{name}: shape={list(out.shape)} dtype={out.dtype} "
+              f"mean={float(np.mean(out)):.6g} max={float(np.max(out)):.6g}")
+        if args.save_outputs:
+            Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
+            np.save(Path(args.save_outputs) / f"{name}.npy", out)
+    if args.repeat:
+        arranged = model._arrange(inputs)
+        (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,
+                                 rounds=args.repeat)
+        print(f"latency: median {t.median_s * 1e3:.3f} ms, p90 {t.p90_s * 1e3:.3f} ms")
+    return 0
