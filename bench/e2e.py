@@ -1,0 +1,94 @@
+"""End-to-end benchmark: Collage's mix against each backend alone, on the light models.
+
+For each model: partition with all backends (measured costs, cached), then time side by side
+in one interleaved run: the mix, each backend running the whole model, and each backend's
+single-backend partition (`--backends X`, which should match X alone within a few percent).
+Also prints the estimated cost against the measured latency, and search/measure times.
+
+    python bench/e2e.py [--models alexnet,squeezenet] [--rounds 20] [--cache PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import onnx
+
+import collage_mlir
+from collage_mlir.backends.registry import available_backends
+from collage_mlir.runtime.compare import (
+    max_abs_diff,
+    random_inputs,
+    time_side_by_side,
+    whole_model_runner,
+)
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+MODELS = ["bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "inception_v1",
+          "inception_v2", "resnet50", "densenet121", "vgg19"]
+
+
+def bench_model(name: str, backends: list[str], args) -> dict:
+    path = os.path.join(LIGHT, f"light_{name}.onnx")
+    row: dict = {"model": name}
+    t0 = time.perf_counter()
+    mixed = collage_mlir.compile(path, backends=backends, cache=args.cache,
+                                 max_depth=args.max_depth)
+    row["partition_s"] = time.perf_counter() - t0
+    row["regions"] = len(mixed.partitioning.choices)
+    row["estimated_ms"] = mixed.estimated_cost * 1e3
+    runners = {"mix": mixed.run}
+    for b in backends:
+        try:
+            runners[f"{b}"] = whole_model_runner(collage_mlir.import_onnx(path), b)
+        except Exception as e:
+            row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
+        if args.single:
+            try:
+                runners[f"{b}/collage"] = collage_mlir.compile(
+                    path, backends=[b], cache=args.cache, max_depth=args.max_depth).run
+            except Exception as e:
+                row[f"{b}/collage_error"] = str(e).splitlines()[0][:80]
+    inputs = random_inputs(collage_mlir.import_onnx(path))
+    if "onnxruntime" in runners:
+        row["max_abs_err"] = max_abs_diff(mixed.run(inputs), runners["onnxruntime"](inputs))
+    for t in time_side_by_side(runners, inputs, rounds=args.rounds):
+        row[t.name] = t.median_s * 1e3
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--backends", default=",".join(available_backends()))
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--cache", default=None)
+    p.add_argument("--max-depth", type=int, default=None)
+    p.add_argument("--no-single", dest="single", action="store_false",
+                   help="skip the single-backend partitions")
+    args = p.parse_args()
+    backends = args.backends.split(",")
+    cols = ["mix"] + backends + ([f"{b}/collage" for b in backends] if args.single else [])
+    print("| model | " + " | ".join(f"{c} ms" for c in cols)
+          + " | mix/best | est. ms | regions | max err | partition s |")
+    print("|---" * (len(cols) + 6) + "|")
+    for name in args.models.split(","):
+        try:
+            row = bench_model(name, backends, args)
+        except collage_mlir.CollageError as e:
+            print(f"| {name} | failed: {e} |")
+            continue
+        best = min(row[b] for b in backends if b in row)
+        cells = [f"{row[c]:.2f}" if c in row else "–" for c in cols]
+        print(f"| {name} | " + " | ".join(cells) + f" | {row['mix'] / best:.2f} | "
+              f"{row['estimated_ms']:.2f} | {row['regions']} | {row.get('max_abs_err', 0):.1e} | "
+              f"{row['partition_s']:.1f} |", flush=True)
+        errors = {k: v for k, v in row.items() if k.endswith("_error")}
+        for k, v in errors.items():
+            print(f"|   {k}: {v} |")
+
+
+if __name__ == "__main__":
+    main()
