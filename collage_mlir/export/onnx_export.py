@@ -10,6 +10,7 @@ are deterministic (`node_name(k)`) so a backend's per-node answers map back to g
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -19,6 +20,9 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import ELEMENT_DTYPES, module_resources, resource_array
+
+if TYPE_CHECKING:
+    from collage_mlir.graph.dataflow import DataflowGraph
 
 MIN_IR_VERSION = 8
 """onnxruntime 1.31 rejects IR 14 (what onnx 1.23 writes by default); 8 is widely accepted."""
@@ -44,9 +48,17 @@ def node_name(index: int) -> str:
     return f"n{index}"
 
 
-def find_function(module: ir.Module, func_name: str | None = None) -> ir.Operation:
+ModuleLike = ir.Module | ir.Operation
+"""An `ir.Module`, or the `builtin.module` operation holding a function (`func_op.parent`)."""
+
+
+def _body(module: ModuleLike) -> ir.Block:
+    return module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
+
+
+def find_function(module: ModuleLike, func_name: str | None = None) -> ir.Operation:
     """The `func.func` named `func_name` in `module`, or its only/first one."""
-    for op in module.body.operations:
+    for op in _body(module).operations:
         op = op.operation
         if op.name != "func.func":
             continue
@@ -144,7 +156,7 @@ def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
         return None
 
 
-def export_function(module: ir.Module, func_name: str | None = None, *,
+def export_function(module: ModuleLike, func_name: str | None = None, *,
                     op_names: Callable[[ir.Operation, int], str] | None = None
                     ) -> onnx.ModelProto:
     """Export one ONNX-in-MLIR function of `module` as a checked-valid ModelProto.
@@ -213,6 +225,15 @@ def export_function(module: ir.Module, func_name: str | None = None, *,
     graph = helper.make_graph(nodes, ir.StringAttr(func_op.attributes["sym_name"]).value,
                               inputs, outputs, initializer=initializers)
     return _make_model(func_op, graph, opset)
+
+
+def export_graph(graph: DataflowGraph) -> onnx.ModelProto:
+    """Export a DataflowGraph's function with node k named `node_name(k)` (post-dfs index),
+    so a backend's per-node answer (OpenVINO's query_model) maps straight back to nodes."""
+    index = {n.op: n.index for n in graph.nodes if n.op is not None}
+    func_op = graph.func_op
+    name = ir.StringAttr(func_op.attributes["sym_name"]).value
+    return export_function(func_op.parent, name, op_names=lambda op, k: node_name(index[op]))
 
 
 def _is_constant(value: ir.Value) -> bool:

@@ -47,7 +47,7 @@ def parse_resources(text: str) -> dict[str, bytes]:
     return out
 
 
-def module_resources(module: ir.Module) -> dict[str, bytes]:
+def module_resources(module: ir.Module | ir.Operation) -> dict[str, bytes]:
     """The blob table of `module`, printed and parsed once per module (small LRU cache)."""
     key = id(module)
     hit = _cache.get(key)

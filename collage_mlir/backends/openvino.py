@@ -1,0 +1,194 @@
+"""OpenVINO (CPU plugin): a graph-kind backend.
+
+Regions reach it as exported ONNX models, read from memory. Its capability is OpenVINO's own
+answer: `Core.query_model` on the whole exported function, whose nodes are named from their
+DataflowGraph index (`export.node_name`) so the supported OpenVINO ops map back to graph
+nodes. Kernels keep one InferRequest whose input tensors share the caller's buffers and are
+re-set only when a different array is passed (13 µs per call instead of 129-223 µs).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Backend, BackendKind, Kernel
+from collage_mlir.export import export_function, export_graph, node_name
+from collage_mlir.graph.bits import iter_bits
+from collage_mlir.graph.dataflow import DataflowGraph
+from collage_mlir.graph.subgraph import SubGraph
+
+DEVICE = "CPU"
+
+
+def read_onnx(core: Any, model_bytes: bytes) -> Any:
+    """An ov.Model from ONNX bytes, without a temporary file."""
+    return core.read_model(io.BytesIO(model_bytes))
+
+
+def tensor_owners(proto: Any) -> dict[str, int]:
+    """ONNX tensor name → post-dfs index of the node producing it (nodes named `nK`)."""
+    owners: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.name.startswith("n") and node.name[1:].isdigit():
+            owners.update((out, int(node.name[1:])) for out in node.output if out)
+    return owners
+
+
+def supported_nodes(model: Any, supported: set[str], graph: DataflowGraph,
+                    owners: dict[str, int]) -> int:
+    """Graph op nodes all of whose attributable OpenVINO ops are in `supported`.
+
+    OpenVINO names an op after its ONNX node (`n12`), a decomposed part as `n12/...`, and the
+    op producing a graph output after that output's tensor (found through `owners`); unnamed
+    helper ops (ShapeOf_7) cannot be attributed and are ignored.
+    """
+    by_name = {node_name(n.index): n.index for n in graph.op_nodes()}
+    ok: set[int] = set()
+    bad: set[int] = set()
+    for op in model.get_ordered_ops():
+        friendly = op.get_friendly_name()
+        owner = by_name.get(friendly, by_name.get(friendly.split("/", 1)[0]))
+        if owner is None:
+            tensors = {t for out in op.outputs() for t in out.get_names()}
+            found = {owners[t] for t in tensors if t in owners} & set(by_name.values())
+            if len(found) != 1 or op.get_type_name() == "Result":
+                continue
+            owner = found.pop()
+        (ok if friendly in supported else bad).add(owner)
+    ok -= bad
+    # A node with no op of its own was folded away by the frontend (a Relu before an
+    # inference Dropout gives its name up): supported when its attributable neighbours are.
+    for node in graph.op_nodes():
+        if node.index in ok or node.index in bad:
+            continue
+        near = [i for i in iter_bits((node.preds | node.succs) & graph.op_bits)
+                if i in ok or i in bad]
+        if near and all(i in ok for i in near):
+            ok.add(node.index)
+    return sum(1 << i for i in ok)
+
+
+class OpenVinoKernel(Kernel):
+    """One compiled model and a reused InferRequest.
+
+    Inputs are shared, not copied: a bound array is kept alive and re-set only when a
+    different array object is passed. Outputs are copied out (fresh arrays per call).
+    """
+
+    def __init__(self, compiled: Any) -> None:
+        import openvino as ov
+
+        self._tensor = ov.Tensor
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
+        self._refs: list[np.ndarray | None] = [None] * len(compiled.inputs)
+        self._n_out = len(compiled.outputs)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != len(self._refs):
+            raise ValueError(f"expected {len(self._refs)} inputs, got {len(inputs)}")
+        request = self.request
+        for k, x in enumerate(inputs):
+            if x is not self._refs[k]:
+                x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else \
+                    np.ascontiguousarray(x)
+                request.set_input_tensor(k, self._tensor(x, shared_memory=True))
+                self._refs[k] = x
+        request.infer()
+        return [np.array(request.get_output_tensor(i).data) for i in range(self._n_out)]
+
+
+class OpenVinoBackend(Backend):
+    """OpenVINO on CPU. Options: `threads` (default all cores), `precision` (inference
+    precision hint, default "f32": on AMX/AVX512-BF16 hosts OpenVINO would pick bf16)."""
+
+    name = "openvino"
+    kind = BackendKind.GRAPH
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.threads = int(options.get("threads", os.cpu_count() or 1))
+        self.precision = str(options.get("precision", "f32"))
+        self._core: Any = None
+        self._probe_cache: dict[str, bool] = {}
+
+    @property
+    def core(self) -> Any:
+        if self._core is None:
+            import openvino as ov
+
+            self._core = ov.Core()
+        return self._core
+
+    @property
+    def version(self) -> str:
+        import openvino as ov
+
+        return ov.get_version()
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import openvino as ov
+        except ImportError:
+            return "openvino is not installed"
+        try:
+            if DEVICE not in ov.Core().available_devices:
+                return "openvino has no CPU device"
+        except Exception as e:  # a broken install: say so, never crash
+            return f"openvino cannot start: {e}"
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """compile_model settings: latency mode, one stream, no core pinning (shared cores)."""
+        return {
+            "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": "1",
+            "INFERENCE_NUM_THREADS": str(self.threads),
+            "INFERENCE_PRECISION_HINT": self.precision,
+            "ENABLE_CPU_PINNING": "NO",
+        }
+
+    def capability(self, graph: DataflowGraph) -> int:
+        proto = export_graph(graph)
+        try:
+            model = read_onnx(self.core, proto.SerializeToString())
+        except Exception:  # an op the ONNX frontend cannot read: ask op by op instead
+            return self._capability_by_probe(graph)
+        supported = set(self.core.query_model(model, DEVICE, self.config()))
+        return supported_nodes(model, supported, graph, tensor_owners(proto)) & graph.op_bits
+
+    def _capability_by_probe(self, graph: DataflowGraph) -> int:
+        """Ask query_model about each op alone (cached per op signature)."""
+        from collage_mlir.backends.iree import op_signature
+
+        bits = 0
+        for node in graph.op_nodes():
+            sig = op_signature(node.op)
+            if sig not in self._probe_cache:
+                self._probe_cache[sig] = self._probe(SubGraph(graph, 1 << node.index))
+            if self._probe_cache[sig]:
+                bits |= 1 << node.index
+        return bits
+
+    def _probe(self, sub: SubGraph) -> bool:
+        try:
+            model = read_onnx(self.core, export_function(sub.extract("probe")).SerializeToString())
+            supported = set(self.core.query_model(model, DEVICE, self.config()))
+        except Exception:
+            return False
+        return any(op.get_friendly_name() in supported and op.get_type_name() not in
+                   ("Parameter", "Result", "Constant") for op in model.get_ordered_ops())
+
+    def compile(self, module: ir.Module) -> Kernel:
+        model = read_onnx(self.core, export_function(module).SerializeToString())
+        return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
+
+    def cache_options(self) -> str:
+        return f"threads={self.threads},precision={self.precision}"
