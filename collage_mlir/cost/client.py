@@ -1,0 +1,263 @@
+"""The parent side of a measuring worker: spawn, feed, watch, and restart after a death.
+
+A worker that dies (segfault, abort) or goes silent past its deadline (hang) costs the one
+region it was busy with: that region is reported invalid with the reason, the process group
+is killed, and a fresh worker takes the remaining regions. If it dies while compiling a
+batch, nobody knows which region did it, so the batch is retried one region at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collage_mlir.cost.worker import SYS_PATH_ENV
+
+
+class WorkerError(Exception):
+    """The worker could not be started or initialised (not any one region's fault)."""
+
+
+@dataclass
+class Item:
+    """One region to measure: an id chosen by the caller and the module text."""
+
+    id: str
+    text: str
+    solo: bool = False  # compile alone (after a batch compile crashed)
+
+
+@dataclass
+class WorkerConfig:
+    backend: dict[str, Any]
+    reference: dict[str, Any] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    sys_path: Sequence[str] = ()
+    timeout_s: float = 60.0
+    batch_size: int = 16
+    start_timeout_s: float = 120.0
+
+
+Result = dict[str, Any]
+
+
+class WorkerClient:
+    """One worker process for one backend; restarted transparently after a crash."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.proc: subprocess.Popen | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.ready: dict[str, Any] = {}
+        self.starts = 0
+        self._timed_out = False
+        self._last_timeout = config.timeout_s
+
+    @property
+    def restarts(self) -> int:
+        """How many times a worker had to be started again (after a death or a hang)."""
+        return max(0, self.starts - 1)
+
+    # -- process management -------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        """Spawn and initialise; returns the worker's `ready` message."""
+        self.starts += 1
+        env = dict(os.environ)
+        paths = [*self.config.sys_path, env.get(SYS_PATH_ENV, "")]
+        env[SYS_PATH_ENV] = os.pathsep.join(p for p in paths if p)
+        self.lines = queue.Queue()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collage_mlir.cost.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
+            start_new_session=True)  # its own process group: a kill takes its children too
+        threading.Thread(target=self._pump_stdout, args=(self.proc,), daemon=True).start()
+        threading.Thread(target=self._pump_stderr, args=(self.proc,), daemon=True).start()
+        self._send(cmd="init", backend=self.config.backend, reference=self.config.reference,
+                   settings=self.config.settings)
+        msg = self._next(self.config.start_timeout_s)
+        if msg is None or msg.get("event") != "ready":
+            why = msg.get("error") if msg else self._death("starting")
+            self.stop()
+            raise WorkerError(f"worker for {self.config.backend['target']} did not start: {why}")
+        self.ready = msg
+        return msg
+
+    def stop(self) -> None:
+        """Ask politely, then kill the process group."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+                proc.stdin.flush()
+                proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            pass
+        if proc.poll() is None:
+            self._kill(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _pump_stdout(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _pump_stderr(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            if line.strip():
+                self.stderr_tail.append(line.rstrip())
+
+    def _send(self, **msg: Any) -> None:
+        assert self.proc is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+
+    def _next(self, timeout: float) -> dict[str, Any] | None:
+        """The next message, or None on death or silence past `timeout` (worker then gone)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self._timed_out = True
+                if self.proc is not None:
+                    self._kill(self.proc)
+                return None
+            if line is None:
+                self._timed_out = False
+                if self.proc is not None:
+                    try:
+                        self.proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        self._kill(self.proc)
+                return None
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not ours (cannot happen with the private channel, but be safe)
+
+    def _death(self, doing: str) -> str:
+        """Why the worker stopped answering, in one line."""
+        if self._timed_out:
+            return f"timed out after {self._last_timeout:g} s while {doing}"
+        rc = self.proc.returncode if self.proc is not None else None
+        if rc is not None and rc < 0:
+            try:
+                what = f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                what = f"killed by signal {-rc}"
+        else:
+            what = f"exited with status {rc}"
+        fatal = next((ln for ln in reversed(self.stderr_tail) if "Fatal Python error" in ln), "")
+        return f"worker {what} while {doing}" + (f" ({fatal.strip()})" if fatal else "")
+
+    # -- commands -----------------------------------------------------------------------
+
+    def measure(self, items: Sequence[Item], batch: bool,
+                on_result: Callable[[str, Result], None]) -> None:
+        """Measure every item; `on_result(id, result)` once per item, whatever happens."""
+        pending = collections.deque(items)
+        while pending:
+            if self.proc is None or self.proc.poll() is not None:
+                try:
+                    self.start()
+                except WorkerError as e:
+                    for item in pending:
+                        on_result(item.id, {"status": "error", "error": str(e)})
+                    return
+            if batch and not pending[0].solo:
+                chunk = []
+                while pending and not pending[0].solo and len(chunk) < self.config.batch_size:
+                    chunk.append(pending.popleft())
+            else:
+                chunk = [pending.popleft()]
+                while pending and (pending[0].solo or not batch):
+                    chunk.append(pending.popleft())
+            leftover = self._run_chunk(chunk, batch and len(chunk) > 1 and not chunk[0].solo,
+                                       on_result)
+            pending.extendleft(reversed(leftover))
+
+    def _run_chunk(self, chunk: list[Item], batch: bool,
+                   on_result: Callable[[str, Result], None]) -> list[Item]:
+        """Run one command; returns the items still to do if the worker died."""
+        by_id = {i.id: i for i in chunk}
+        done: set[str] = set()
+        self._send(cmd="measure", batch=batch, items=[{"id": i.id, "text": i.text}
+                                                      for i in chunk])
+        phase, current = "starting", None
+        timeout = self.config.timeout_s * (len(chunk) if batch else 1)
+        while True:
+            self._last_timeout = timeout
+            msg = self._next(timeout)
+            if msg is None:
+                break
+            event = msg.get("event")
+            if event == "compiling":
+                phase = "compiling a batch"
+                timeout = self.config.timeout_s * len(msg["ids"])
+            elif event == "start":
+                phase, current = "measuring", msg["id"]
+                timeout = self.config.timeout_s
+            elif event == "result":
+                done.add(msg["id"])
+                result = {k: v for k, v in msg.items() if k not in ("event", "id")}
+                on_result(msg["id"], result)
+            elif event == "done":
+                return []
+            elif event == "fatal":
+                for i in chunk:
+                    if i.id not in done:
+                        on_result(i.id, {"status": "error", "error": msg.get("error", "")})
+                return []
+        # The worker died or hung.
+        reason = self._death(phase)
+        self.stop()
+        left = [i for i in chunk if i.id not in done]
+        if phase == "compiling a batch" and len(left) > 1:
+            return [Item(i.id, i.text, solo=True) for i in left]
+        blamed = current if current in by_id and current not in done else left[0].id
+        on_result(blamed, {"status": "invalid", "error": reason})
+        return [i for i in left if i.id != blamed]
+
+    def transition(self, dst: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Run the hand-off experiment with this worker's backend as the source."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        self._send(cmd="transition", dst=dst)
+        self._last_timeout = timeout_s
+        msg = self._next(timeout_s)
+        if msg is None:
+            reason = self._death("measuring a transition")
+            self.stop()
+            raise WorkerError(reason)
+        if msg.get("event") != "transition":
+            raise WorkerError(msg.get("error", "transition failed"))
+        return msg

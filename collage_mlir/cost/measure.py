@@ -1,0 +1,310 @@
+"""MeasuringEstimator: the CostEstimator that measures candidates on the real backends.
+
+For each candidate: extract its region, key it (`cost.key`), and look the key up in the
+persistent cache. Only misses reach a backend: they are grouped per backend, identical regions
+(one key) are measured once, and each backend's regions go to its own worker process
+(`cost.client` / `cost.worker`), one backend at a time so that measurements do not compete
+for the cores. Each result is written to the cache as it arrives.
+
+Backends are given as registry names ("onnxruntime") or `module:Class` paths (for plugins
+and test doubles not installed as entry points), as a list or as a dict name → options.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost import transition as transition_mod
+from collage_mlir.cost.base import CostEstimator, Progress
+from collage_mlir.cost.cache import (
+    ERROR,
+    INVALID,
+    OK,
+    Measurement,
+    MeasurementCache,
+    Transition,
+)
+from collage_mlir.cost.client import Item, WorkerClient, WorkerConfig, WorkerError
+from collage_mlir.cost.key import RegionKey, host_fingerprint, measurement_key, module_text
+from collage_mlir.cost.key import region_key as compute_region_key
+from collage_mlir.cost.worker import MeasureSettings, load_backend, settings_dict, shares_compiles
+from collage_mlir.errors import CollageError
+from collage_mlir.graph.subgraph import SubGraph
+
+log = logging.getLogger(__name__)
+
+BackendsArg = Sequence[str] | Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A backend as the estimator knows it: how to load it, and what goes into its keys."""
+
+    spec: dict[str, Any]
+    name: str
+    version: str
+    options: str
+    batch: bool
+    sys_path: tuple[str, ...] = ()
+
+
+@dataclass
+class EstimateStats:
+    """What the last `estimate` call did (for the CLI summary and tests)."""
+
+    candidates: int = 0
+    regions: int = 0
+    """Distinct (region, backend) keys among the candidates."""
+    hits: int = 0
+    measured: int = 0
+    invalid: int = 0
+    errors: int = 0
+    restarts: int = 0
+    by_backend: dict[str, int] = field(default_factory=dict)
+    """Keys measured per backend (cache misses)."""
+
+
+def _module_root(module_name: str) -> str | None:
+    """The sys.path entry `module_name` was imported from (so the worker can import it too)."""
+    module = importlib.import_module(module_name)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    return str(Path(path).resolve().parents[module_name.count(".")])
+
+
+def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> BackendInfo:
+    """Load a backend in this process to learn its name, version and options."""
+    spec = {"target": target, "options": dict(options or {})}
+    try:
+        backend = load_backend(spec)
+    except CollageError:
+        raise
+    except Exception as e:
+        raise CollageError(f"backend '{target}' cannot be loaded: {e}") from None
+    roots = ()
+    if ":" in target:
+        root = _module_root(target.partition(":")[0])
+        roots = (root,) if root else ()
+    return BackendInfo(spec, backend.name, backend.version, backend.cache_options(),
+                       shares_compiles(backend), roots)
+
+
+def resolve_backends(backends: BackendsArg) -> tuple[dict[str, BackendInfo], dict[str, str]]:
+    """(usable backends by name, unusable target → reason)."""
+    items = backends.items() if isinstance(backends, Mapping) else ((b, {}) for b in backends)
+    usable: dict[str, BackendInfo] = {}
+    problems: dict[str, str] = {}
+    for target, options in items:
+        try:
+            info = resolve_backend(target, options)
+        except CollageError as e:
+            problems[target] = str(e)
+            continue
+        if info.name in usable:
+            raise CollageError(f"backend '{info.name}' given twice")
+        usable[info.name] = info
+    return usable, problems
+
+
+class MeasuringEstimator(CostEstimator):
+    """Costs candidates by measuring them (through a persistent cache).
+
+    `reference`: the backend whose outputs every kernel is checked against (None: unchecked).
+    `timeout_s`: longest one region may take to compile, check and time before it is
+    declared hung. `skip_unusable`: drop unknown or unavailable backends (see `skipped`)
+    instead of raising a CollageError.
+    """
+
+    def __init__(self, backends: BackendsArg, cache_path: str | Path | None = None,
+                 timeout_s: float = 60.0, reference: str | None = "onnxruntime",
+                 settings: MeasureSettings | None = None, batch_size: int = 16,
+                 sys_path: Sequence[str] = (), skip_unusable: bool = False,
+                 cache: MeasurementCache | None = None) -> None:
+        self.backends, self.skipped = resolve_backends(backends)
+        if self.skipped and not skip_unusable:
+            raise CollageError("; ".join(self.skipped.values()))
+        self.reference = self._reference_spec(reference)
+        self.cache = cache if cache is not None else MeasurementCache(cache_path)
+        self.timeout_s = timeout_s
+        self.settings = settings or MeasureSettings()
+        self.batch_size = batch_size
+        self.sys_path = tuple(sys_path)
+        self.stats = EstimateStats()
+        self._regions: dict[tuple[int, int], tuple[str, RegionKey] | Exception] = {}
+        self._transitions: dict[tuple[str, str], Transition] = {}
+
+    def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
+        if reference is None:
+            return None
+        if reference in self.backends:
+            return self.backends[reference].spec
+        return {"target": reference, "options": {}}
+
+    def close(self) -> None:
+        self.cache.close()
+
+    def __enter__(self) -> MeasuringEstimator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- regions and keys ---------------------------------------------------------------
+
+    def region(self, sub_graph: SubGraph) -> tuple[str, RegionKey]:
+        """(module text, region key) of a SubGraph; extracted once per SubGraph."""
+        memo = (id(sub_graph.graph), sub_graph.inside)
+        if memo not in self._regions:
+            try:
+                module = sub_graph.extract("region")
+                text = module_text(module)
+                self._regions[memo] = (text, compute_region_key(module, text))
+            except Exception as e:  # a region that cannot be extracted: unknown cost
+                self._regions[memo] = e
+        got = self._regions[memo]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def key(self, candidate: CandidatePartition) -> str | None:
+        """The cache key of a candidate, None for a backend this estimator does not know."""
+        info = self.backends.get(candidate.backend)
+        if info is None:
+            return None
+        _, rk = self.region(candidate.sub_graph)
+        return measurement_key(rk, info.name, info.version, info.options)
+
+    # -- estimate -----------------------------------------------------------------------
+
+    def estimate(self, candidates: Sequence[CandidatePartition],
+                 progress: Progress | None = None) -> list[float]:
+        total = len(candidates)
+        costs = [math.nan] * total
+        waiting: dict[str, list[int]] = {}  # key → candidate indices
+        rows: dict[str, tuple[BackendInfo, str, RegionKey]] = {}
+        done = 0
+        for i, c in enumerate(candidates):
+            info = self.backends.get(c.backend)
+            try:
+                text, rk = self.region(c.sub_graph) if info else (None, None)
+            except Exception as e:
+                log.warning("cannot extract %r: %s", c, e)
+                info = None
+            if info is None:
+                done += 1  # unknown backend or region: NaN
+                continue
+            key = measurement_key(rk, info.name, info.version, info.options)
+            waiting.setdefault(key, []).append(i)
+            rows[key] = (info, text, rk)
+        self.stats = EstimateStats(candidates=total, regions=len(waiting))
+
+        def settle(key: str, m: Measurement) -> None:
+            nonlocal done
+            for i in waiting.pop(key, []):
+                costs[i] = m.cost
+                done += 1
+            if progress:
+                progress(done, total)
+
+        for key, m in self.cache.get_many(waiting).items():
+            if m.status != ERROR:
+                self.stats.hits += 1
+                settle(key, m)
+        if progress:
+            progress(done, total)
+        for backend in sorted({rows[k][0].name for k in waiting}):
+            keys = [k for k in waiting if rows[k][0].name == backend]
+            self.stats.by_backend[backend] = len(keys)
+            self._measure_backend(self.backends[backend], keys, rows, settle)
+        return costs
+
+    def _measure_backend(self, info: BackendInfo, keys: list[str],
+                         rows: dict[str, tuple[BackendInfo, str, RegionKey]], settle) -> None:
+        client = WorkerClient(self._worker_config(info))
+
+        def on_result(key: str, result: dict[str, Any]) -> None:
+            _, _, rk = rows[key]
+            m = Measurement(
+                key=key, region=rk.digest, backend=info.name, version=info.version,
+                options=info.options, host=host_fingerprint(), signature=rk.signature,
+                status=result.get("status", ERROR), median=result.get("median"),
+                p90=result.get("p90"), spread=result.get("spread"),
+                runs=int(result.get("runs") or 0), error=result.get("error") or "")
+            self.cache.put(m)
+            self.stats.measured += 1
+            self.stats.invalid += m.status == INVALID
+            self.stats.errors += m.status == ERROR
+            if m.status != OK:
+                log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
+            settle(key, m)
+
+        try:
+            client.measure([Item(k, rows[k][1]) for k in keys], info.batch, on_result)
+        finally:
+            self.stats.restarts += client.restarts
+            client.stop()
+
+    def _worker_config(self, info: BackendInfo) -> WorkerConfig:
+        paths = [*self.sys_path, *info.sys_path]
+        for b in self.backends.values():
+            paths.extend(b.sys_path)  # the reference may be a path-loaded backend too
+        return WorkerConfig(backend=info.spec, reference=self.reference,
+                            settings=settings_dict(self.settings),
+                            sys_path=tuple(dict.fromkeys(paths)), timeout_s=self.timeout_s,
+                            batch_size=self.batch_size)
+
+    # -- transitions --------------------------------------------------------------------
+
+    def transition(self, src: str, dst: str) -> Transition | None:
+        """The fitted hand-off src → dst: cached, else measured now (both directions)."""
+        if (src, dst) in self._transitions:
+            return self._transitions[(src, dst)]
+        a, b = self.backends.get(src), self.backends.get(dst)
+        if a is None or b is None or src == dst:
+            return None
+        key = transition_mod.transition_key(a.name, a.version, b.name, b.version)
+        cached = self.cache.get_transition(key)
+        if cached is None or cached.status == ERROR:
+            self._measure_transition(a, b)
+            cached = self.cache.get_transition(key)
+        if cached is not None:
+            self._transitions[(src, dst)] = cached
+        return cached
+
+    def _measure_transition(self, a: BackendInfo, b: BackendInfo) -> None:
+        host = host_fingerprint()
+        client = WorkerClient(self._worker_config(a))
+        directions = ((a, b, "forward"), (b, a, "backward"))
+        try:
+            msg = client.transition(b.spec, timeout_s=max(120.0, 4 * self.timeout_s))
+        except WorkerError as e:
+            for src, dst, _ in directions:
+                key = transition_mod.transition_key(src.name, src.version, dst.name, dst.version)
+                self.cache.put_transition(Transition(key, src.name, dst.name, host, ERROR,
+                                                     error=str(e)))
+            return
+        finally:
+            client.stop()
+        for src, dst, side in directions:
+            points = [(int(n), float(t)) for n, t in msg[side]]
+            per_call, per_byte = transition_mod.fit(points)
+            key = transition_mod.transition_key(src.name, src.version, dst.name, dst.version)
+            self.cache.put_transition(Transition(key, src.name, dst.name, host, OK,
+                                                 per_call, per_byte, points))
+
+    def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
+        """Measured hand-off seconds; 0 on the same backend or when it cannot be measured."""
+        if src_backend == dst_backend:
+            return 0.0
+        t = self.transition(src_backend, dst_backend)
+        cost = t.cost(nbytes) if t is not None else math.nan
+        return 0.0 if math.isnan(cost) else cost
+

@@ -1,0 +1,144 @@
+"""Test doubles for measurement: a tiny numpy backend and a fault-injecting backend.
+
+`NumpyTestBackend` interprets a handful of elementwise/matmul ONNX ops with numpy, so tests
+can measure without the real backends. `FaultInjectingBackend` behaves like it except on
+regions holding the op type named by its `on` option, where it misbehaves as its `mode` says:
+- `segfault`: dereferences NULL through ctypes while running (the worker dies by SIGSEGV);
+- `abort`: calls os.abort() while running (SIGABRT);
+- `hang`: sleeps for an hour while running;
+- `wrong`: returns outputs off by 0.5;
+- `compile_error`: raises while compiling.
+They are loaded by path ("fault_backend:FaultInjectingBackend"); nothing in the product
+imports them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Backend, BackendKind, Kernel
+from collage_mlir.dialects import onnx as onnx_view
+
+OPS: dict[str, Callable[..., np.ndarray]] = {
+    "Relu": lambda x: np.maximum(x, 0),
+    "Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "Tanh": np.tanh,
+    "Neg": np.negative,
+    "Exp": np.exp,
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "MatMul": np.matmul,
+}
+
+
+class NumpyKernel(Kernel):
+    """Runs a straight-line list of (op type, operand slots, result slot) steps."""
+
+    def __init__(self, n_args: int, steps: list[tuple[str, list[int], int]],
+                 outputs: list[int]) -> None:
+        self.n_args, self.steps, self.outputs = n_args, steps, outputs
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        slots: dict[int, np.ndarray] = dict(enumerate(inputs))
+        for op_type, operands, result in self.steps:
+            slots[result] = np.asarray(OPS[op_type](*(slots[o] for o in operands)),
+                                       dtype=np.float32)
+        return [slots[o] for o in self.outputs]
+
+
+def plan(module: ir.Module) -> tuple[int, list[tuple[str, list[int], int]], list[int], set[str]]:
+    """Translate the module's function into NumpyKernel steps (and the op types seen)."""
+    fn = next(op.operation for op in module.body.operations if op.operation.name == "func.func")
+    block = fn.regions[0].blocks[0]
+    slot: dict[ir.Value, int] = {a: k for k, a in enumerate(block.arguments)}
+    steps, seen = [], set()
+    ops = [op.operation for op in block.operations]
+    for op in ops[:-1]:
+        op_type = onnx_view.op_type(op)
+        if op_type not in OPS:
+            raise NotImplementedError(f"numpy test backend has no {op_type or op.name}")
+        seen.add(op_type)
+        slot[op.results[0]] = len(slot)
+        steps.append((op_type, [slot[v] for v in op.operands], slot[op.results[0]]))
+    return len(block.arguments), steps, [slot[v] for v in ops[-1].operands], seen
+
+
+class NumpyTestBackend(Backend):
+    """A correct, slow-ish reference-quality backend for unit tests."""
+
+    name = "numpy_test"
+    kind = BackendKind.GRAPH
+
+    @property
+    def version(self) -> str:
+        return f"numpy-{np.__version__}"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return None
+
+    def capability(self, graph: Any) -> int:
+        return sum(1 << n.index for n in graph.op_nodes() if n.op_type in OPS)
+
+    def compile(self, module: ir.Module) -> Kernel:
+        n_args, steps, outputs, _ = plan(module)
+        return NumpyKernel(n_args, steps, outputs)
+
+
+class _FaultyKernel(NumpyKernel):
+    def __init__(self, base: NumpyKernel, mode: str) -> None:
+        super().__init__(base.n_args, base.steps, base.outputs)
+        self.mode = mode
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self.mode == "segfault":
+            ctypes.string_at(0)
+        elif self.mode == "abort":
+            os.abort()
+        elif self.mode == "hang":
+            time.sleep(3600)
+        outputs = super().run(inputs)
+        if self.mode == "wrong":
+            outputs = [o + np.float32(0.5) for o in outputs]
+        return outputs
+
+
+class FaultInjectingBackend(NumpyTestBackend):
+    """NumpyTestBackend that fails as `mode` says on regions containing op type `on`."""
+
+    name = "fault"
+
+    def __init__(self, mode: str = "segfault", on: str = "Relu", **options: Any) -> None:
+        super().__init__(mode=mode, on=on, **options)
+        self.mode, self.on = mode, on
+
+    def compile(self, module: ir.Module) -> Kernel:
+        n_args, steps, outputs, seen = plan(module)
+        if self.on not in seen:
+            return NumpyKernel(n_args, steps, outputs)
+        if self.mode == "compile_error":
+            raise RuntimeError(f"injected compile error on {self.on}")
+        return _FaultyKernel(NumpyKernel(n_args, steps, outputs), self.mode)
+
+
+class BatchingTestBackend(NumpyTestBackend):
+    """Shares compiles like IREE (overrides compile_many); aborts the batch on `on` op type."""
+
+    name = "batching_test"
+
+    def __init__(self, on: str = "", **options: Any) -> None:
+        super().__init__(on=on, **options)
+        self.on = on
+
+    def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
+        if self.on and any(self.on in plan(m)[3] for m in modules):
+            os.abort()  # a compiler crash takes the whole batch down
+        return [self.compile(m) for m in modules]
