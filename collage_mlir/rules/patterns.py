@@ -14,6 +14,7 @@ the same value both times (so `x = Op("Relu"); Op("Add", x, x)` needs a shared i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -213,12 +214,11 @@ def match_subgraphs(pattern: Pattern, graph: DataflowGraph) -> list[SubGraph]:
 
 def attribute_value(attr: ir.Attribute) -> Any:
     """An ONNX attribute as a plain Python value (int, float, str, list), for comparisons."""
-    for cast, read in ((ir.IntegerAttr, lambda a: a.value), (ir.FloatAttr, lambda a: a.value),
-                       (ir.StringAttr, lambda a: a.value), (ir.BoolAttr, lambda a: a.value)):
-        if cast.isinstance(attr):
-            return read(cast(attr))
-    if ir.ArrayAttr.isinstance(attr):
-        return [attribute_value(a) for a in ir.ArrayAttr(attr)]
+    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    if isinstance(attr, ir.BoolAttr | ir.IntegerAttr | ir.FloatAttr | ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.ArrayAttr):
+        return [attribute_value(a) for a in attr]
     return str(attr)
 
 
@@ -233,10 +233,19 @@ def _attr_predicate(expected: dict[str, Any]) -> Callable[[DataflowGraph, Value]
                 return False
             got = attribute_value(attrs[name])
             want = list(want) if isinstance(want, tuple) else want
-            if got != want:
+            if not _same(got, want):
                 return False
         return True
     return check
+
+
+def _same(got: Any, want: Any) -> bool:
+    """Equality, with f32 rounding forgiven (epsilon=1e-5 is stored as 9.99999974e-06)."""
+    if isinstance(got, list) and isinstance(want, list):
+        return len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(got, float) and isinstance(want, int | float):
+        return math.isclose(got, want, rel_tol=1e-6)
+    return got == want
 
 
 def value_type(graph: DataflowGraph, value: Value) -> tuple[tuple[int, ...] | None, str] | None:
