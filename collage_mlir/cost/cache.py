@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS transitions (
     error TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS capabilities (
+    key TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    bits TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
 
 
@@ -207,6 +213,20 @@ class MeasurementCache:
         rows = self._conn.execute("SELECT * FROM transitions ORDER BY src, dst")
         return [_transition(r) for r in rows]
 
+    # -- capabilities -------------------------------------------------------------------
+    # A backend's answer to `capability(graph)` for one whole function (an OpenVINO
+    # query_model takes ~0.5 s on ResNet-50): a warm `measure` asks no backend anything.
+
+    def put_capability(self, key: str, backend: str, bits: int) -> None:
+        with self._write():
+            self._conn.execute("INSERT OR REPLACE INTO capabilities VALUES (?, ?, ?, ?)",
+                               (key, backend, format(bits, "x"), time.time()))
+
+    def get_capability(self, key: str) -> int | None:
+        row = self._conn.execute("SELECT bits FROM capabilities WHERE key = ?",
+                                 (key,)).fetchone()
+        return int(row[0], 16) if row else None
+
     # -- maintenance --------------------------------------------------------------------
 
     def stats(self) -> dict:
@@ -227,11 +247,13 @@ class MeasurementCache:
             if backend is None:
                 n = self._conn.execute("DELETE FROM measurements").rowcount
                 self._conn.execute("DELETE FROM transitions")
+                self._conn.execute("DELETE FROM capabilities")
             else:
                 n = self._conn.execute("DELETE FROM measurements WHERE backend = ?",
                                        (backend,)).rowcount
                 self._conn.execute("DELETE FROM transitions WHERE src = ? OR dst = ?",
                                    (backend, backend))
+                self._conn.execute("DELETE FROM capabilities WHERE backend = ?", (backend,))
         if backend is None:
             self._conn.execute("VACUUM")
         return n

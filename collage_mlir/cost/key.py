@@ -141,7 +141,14 @@ def find_function(module: ir.Module) -> ir.Operation:
 def region_key(module: ir.Module, text: str | None = None) -> RegionKey:
     """Structural key of the region in `module`; `text` is its printed form if already made."""
     text = module_text(module) if text is None else text
-    fn = find_function(module)
+    return function_key(find_function(module), text)
+
+
+def function_key(fn: ir.Operation, text: str | None = None) -> RegionKey:
+    """Structural key of a `func.func`; `text`: its printed module (for resources)."""
+    if text is None:
+        parent = fn.parent
+        text = parent.get_asm(assume_verified=True) if parent is not None else ""
     canon = _Canonicalizer(parse_resources(text))
     canon.lines.append(f"key{KEY_VERSION} func {canon.attrs(fn, _SKIPPED_FUNC_ATTRS)}")
     for block in fn.regions[0].blocks:

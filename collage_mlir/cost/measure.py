@@ -32,10 +32,17 @@ from collage_mlir.cost.cache import (
     Transition,
 )
 from collage_mlir.cost.client import Item, WorkerClient, WorkerConfig, WorkerError
-from collage_mlir.cost.key import RegionKey, host_fingerprint, measurement_key, module_text
+from collage_mlir.cost.key import (
+    RegionKey,
+    function_key,
+    host_fingerprint,
+    measurement_key,
+    module_text,
+)
 from collage_mlir.cost.key import region_key as compute_region_key
 from collage_mlir.cost.worker import MeasureSettings, load_backend, settings_dict, shares_compiles
 from collage_mlir.errors import CollageError
+from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 
 log = logging.getLogger(__name__)
@@ -156,6 +163,19 @@ class MeasuringEstimator(CostEstimator):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- capability ---------------------------------------------------------------------
+
+    def capability(self, graph: DataflowGraph, backend: str) -> int:
+        """`backend.capability(graph)`, remembered in the cache per function structure."""
+        info = self.backends[backend]
+        fk = function_key(graph.func_op)
+        key = measurement_key(fk, info.name, info.version, info.options) + ":capability"
+        bits = self.cache.get_capability(key)
+        if bits is None:
+            bits = load_backend(info.spec).capability(graph)
+            self.cache.put_capability(key, info.name, bits)
+        return bits
 
     # -- regions and keys ---------------------------------------------------------------
 
