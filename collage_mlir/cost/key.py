@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import platform
 import re
@@ -83,6 +84,15 @@ def _blob_token(hex_blob: str | None) -> str:
     return f"large{nbytes}"
 
 
+def _nbytes(t: ir.Type) -> int:
+    shaped = ir.ShapedType(t)
+    if not shaped.has_static_shape:
+        return 0
+    element = shaped.element_type
+    width = getattr(element, "width", 32)
+    return math.prod(shaped.shape) * max(1, width) // 8
+
+
 class _Canonicalizer:
     """Writes a function as position-numbered canonical lines."""
 
@@ -92,6 +102,8 @@ class _Canonicalizer:
         self.lines: list[str] = []
 
     def attr(self, attr: ir.Attribute) -> str:
+        if isinstance(attr, ir.DenseElementsAttr) and _nbytes(attr.type) > SMALL_CONSTANT_BYTES:
+            return f"dense<large> : {attr.type}"  # a big inline constant: size only, like blobs
         text = str(attr)
         if "dense_resource<" not in text:
             return text

@@ -1,0 +1,234 @@
+"""The cache key and the SQLite cache: key stability, round-trip, concurrent writers."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import onnx
+import onnx.parser
+import pytest
+
+from collage_mlir.cost.cache import (
+    INVALID,
+    OK,
+    Measurement,
+    MeasurementCache,
+    Transition,
+    default_cache_path,
+)
+from collage_mlir.cost.key import (
+    SMALL_CONSTANT_BYTES,
+    find_function,
+    host_fingerprint,
+    measurement_key,
+    parse_resources,
+    region_key,
+)
+from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.importer import import_onnx, parse_mlir
+
+# -- keys ----------------------------------------------------------------------------------
+
+CONV = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3,8,8] x) => (float[1,4,{out},{out}] y)
+<float[4,3,3,3] w = {w}, int64[2] shape = {{1, -1}}> {{
+  y = Conv <kernel_shape = [3, 3], pads = [{pad}, {pad}, {pad}, {pad}]> (x, w)
+}}
+"""
+
+
+def conv_key(pad: int = 1, w: str = "{" + ", ".join(["0.5"] * 108) + "}") -> str:
+    out = 8 if pad == 1 else 6
+    model = onnx.parser.parse_model(CONV.format(pad=pad, out=out, w=w))
+    return region_key(_whole_region(import_onnx(model))).digest
+
+
+def _whole_region(module):
+    graph = DataflowGraph(find_function(module))
+    return SubGraph(graph, graph.op_bits).extract("region")
+
+
+def test_same_structure_same_key():
+    assert conv_key() == conv_key()
+
+
+def test_changed_attribute_changes_key():
+    assert conv_key(pad=1) != conv_key(pad=0)
+
+
+def test_changed_small_constant_changes_key():
+    other = "{" + ", ".join(["0.25"] * 108) + "}"
+    assert conv_key() != conv_key(w=other)
+
+
+RELU_CHAIN = """
+module {{
+  func.func @{fn}(%{a}: !torch.vtensor<[{n},8],f32>) -> !torch.vtensor<[{n},8],f32>
+      attributes {{torch.onnx_meta.opset_version = 17 : si64{extra}}} {{
+    %{b} = torch.operator "onnx.Relu"(%{a}) : (!torch.vtensor<[{n},8],f32>) -> !torch.vtensor<[{n},8],f32>
+    %{c} = torch.operator "onnx.Neg"(%{b}) {{collage.node = {node} : i64}} : (!torch.vtensor<[{n},8],f32>) -> !torch.vtensor<[{n},8],f32>
+    return %{c} : !torch.vtensor<[{n},8],f32>
+  }}
+}}
+"""
+
+
+def chain_key(fn="f", a="x", b="y", c="z", n=4, extra="", node=1) -> str:
+    text = RELU_CHAIN.format(fn=fn, a=a, b=b, c=c, n=n, extra=extra, node=node)
+    return region_key(parse_mlir(text)).digest
+
+
+def test_ssa_names_function_name_and_collage_attributes_do_not_matter():
+    base = chain_key()
+    assert chain_key(fn="other", a="in0", b="t", c="out") == base
+    assert chain_key(node=7, extra=', collage.region = 3 : i64') == base
+
+
+def test_shape_and_meta_change_key():
+    assert chain_key(n=5) != chain_key()
+    assert chain_key(extra=", torch.onnx_meta.ir_version = 9 : si64") != chain_key()
+
+
+def test_resource_blob_values_not_names_matter():
+    def text(name: str, hexdata: str) -> str:
+        return textwrap.dedent(f"""
+        module {{
+          func.func @f() -> !torch.vtensor<[2],si64> attributes {{torch.onnx_meta.opset_version = 17 : si64}} {{
+            %0 = torch.operator "onnx.Constant"() {{torch.onnx.value = dense_resource<{name}> : tensor<2xsi64>}} : () -> !torch.vtensor<[2],si64>
+            return %0 : !torch.vtensor<[2],si64>
+          }}
+        }}
+        {{-#
+          dialect_resources: {{
+            builtin: {{
+              {name}: "0x08000000{hexdata}"
+            }}
+          }}
+        #-}}
+        """)
+    one = "0100000000000000FFFFFFFFFFFFFFFF"
+    two = "0200000000000000FFFFFFFFFFFFFFFF"
+    a = region_key(parse_mlir(text("shape_a", one))).digest
+    assert a == region_key(parse_mlir(text("shape_b", one))).digest
+    assert a != region_key(parse_mlir(text("shape_a", two))).digest
+    assert parse_resources(text("shape_a", one)) == {"shape_a": one}
+
+
+def test_large_constants_keyed_by_size_not_values():
+    n = SMALL_CONSTANT_BYTES // 4 + 16  # f32 elements: just above the small-constant limit
+    ones = "{" + ", ".join(str(i % 7) for i in range(n)) + "}"  # not splat: a resource blob
+    twos = "{" + ", ".join(str(i % 5) for i in range(n)) + "}"
+
+    def key(values: str, count: int = n) -> str:
+        model = onnx.parser.parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[{count}] x) => (float[{count}] y) <float[{count}] b = {values}> {{
+          y = Add(x, b)
+        }}""")
+        return region_key(_whole_region(import_onnx(model))).digest
+
+    assert key(ones) == key(twos)
+    assert key(ones) != key("{" + ", ".join(["1.0"] * (n + 1)) + "}", n + 1)
+    assert key("{" + ", ".join(["1.0"] * n) + "}") == key("{" + ", ".join(["2.0"] * n) + "}")
+
+
+def test_repeated_blocks_of_resnet_share_keys():
+    from conftest import light_model_path
+
+    module = import_onnx(light_model_path("resnet50"))  # keep alive: the graph points into it
+    graph = DataflowGraph(find_function(module))
+    keys = {region_key(SubGraph(graph, 1 << n.index).extract()).digest
+            for n in graph.op_nodes()}
+    assert len(keys) < len(graph.op_nodes()) // 2  # 16 bottlenecks, 4 distinct stages
+
+
+def test_measurement_key_covers_backend_version_options_host():
+    base = measurement_key("r", "ort", "1.0", "threads=2", "hostA")
+    assert measurement_key("r", "ort", "1.0", "threads=2", "hostA") == base
+    for changed in (("r2", "ort", "1.0", "threads=2", "hostA"),
+                    ("r", "ov", "1.0", "threads=2", "hostA"),
+                    ("r", "ort", "1.1", "threads=2", "hostA"),
+                    ("r", "ort", "1.0", "threads=1", "hostA"),
+                    ("r", "ort", "1.0", "threads=2", "hostB")):
+        assert measurement_key(*changed) != base
+    assert "cores:" in host_fingerprint()
+
+
+# -- the cache -----------------------------------------------------------------------------
+
+
+def _row(key: str, status: str = OK, median: float | None = 1e-3, backend: str = "b") -> Measurement:
+    return Measurement(key=key, region="r" + key, backend=backend, version="v", options="o",
+                       host="h", signature=f"Relu {key}", status=status, median=median,
+                       p90=None if median is None else median * 1.1, spread=0.05, runs=10,
+                       error="" if status == OK else "boom")
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "c.sqlite"
+    with MeasurementCache(path) as c:
+        c.put(_row("a"))
+        c.put(_row("b", INVALID, None))
+        c.put_transition(Transition("t", "x", "y", "h", OK, 1e-5, 2e-10, [(1024, 1.2e-5)]))
+    with MeasurementCache(path) as c:  # a second open sees everything
+        a, b = c.get("a"), c.get("b")
+        assert a == _row("a").__class__(**{**a.__dict__})
+        assert (a.status, a.median, a.runs, a.signature) == (OK, 1e-3, 10, "Relu a")
+        assert b.status == INVALID and math.isinf(b.cost) and b.error == "boom"
+        assert c.get("missing") is None
+        t = c.get_transition("t")
+        assert t.points == [(1024, 1.2e-5)]
+        assert t.cost(1000) == pytest.approx(1e-5 + 2e-7)
+        stats = c.stats()
+        assert stats["backends"]["b"] == {"ok": 1, "invalid": 1, "error": 0}
+        assert stats["transitions"] == 1 and stats["bytes"] > 0
+        assert c.clear() == 2
+        assert c.stats()["entries"] == 0 and c.get_transition("t") is None
+
+
+def test_replace_keeps_one_row_and_clear_one_backend(tmp_path):
+    with MeasurementCache(tmp_path / "c.sqlite") as c:
+        c.put(_row("k", median=1.0))
+        c.put(_row("k", median=2.0))
+        c.put(_row("other", backend="keep"))
+        assert c.get("k").median == 2.0
+        assert len(c.get_many(["k", "k", "other"])) == 2
+        assert c.clear("b") == 1
+        assert c.get("other") is not None
+
+
+def test_default_path_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path / "x.sqlite"))
+    assert default_cache_path() == tmp_path / "x.sqlite"
+    monkeypatch.delenv("COLLAGE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_path() == tmp_path / "collage_mlir" / "cache.sqlite"
+
+
+WRITER = """
+import sys
+from collage_mlir.cost.cache import MeasurementCache, Measurement
+cache = MeasurementCache(sys.argv[1])
+who = sys.argv[2]
+for i in range(300):
+    key = f"k{i % 200}" if i % 2 else f"{who}{i}"
+    cache.put(Measurement(key, "r", who, "v", "o", "h", "sig", "ok", float(i), float(i), 0.0, 1))
+"""
+
+
+def test_two_writers_lose_nothing(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    MeasurementCache(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, path, who]) for who in "AB"]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    with MeasurementCache(path) as c:
+        assert c.integrity_ok()
+        rows = {m.key: m for m in c.measurements()}
+    own = {f"{w}{i}" for w in "AB" for i in range(0, 300, 2)}
+    shared = {f"k{i % 200}" for i in range(1, 300, 2)}
+    assert set(rows) == own | shared
+    assert all(rows[k].backend in "AB" and rows[k].status == "ok" for k in shared)
