@@ -75,13 +75,15 @@ class TupleArgCombiner(CombinerRule):
         self.name = "tuple_arg"
 
     def fires(self, ctx, upstream, downstream):
-        if ctx.kind(upstream) > self.max_arg_kind or ctx.kind(downstream) > self.max_consumer_kind:
+        if ctx.kind(upstream) > self.max_arg_kind:
             return False
         g = ctx.graph
-        fed = 0
-        for i in iter_bits(upstream):
-            fed |= g.nodes[i].succs
-        return any(g.nodes[j].op_type in VARIADIC_OPS for j in iter_bits(fed & downstream))
+        variadic = sum(1 << j for j in iter_bits(downstream) if g.nodes[j].op_type in VARIADIC_OPS)
+        if not variadic or not any(g.nodes[i].succs & variadic for i in iter_bits(upstream)):
+            return False
+        # Arguments that already joined do not count against the consumer side.
+        args = sum(1 << j for j in iter_bits(downstream) if g.nodes[j].succs & variadic)
+        return ctx.kind(downstream & ~args) <= self.max_consumer_kind
 
 
 def fuse_ops_combiners() -> list[CombinerRule]:
