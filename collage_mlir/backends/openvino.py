@@ -170,7 +170,7 @@ class OpenVinoBackend(Backend):
 
         bits = 0
         for node in graph.op_nodes():
-            sig = op_signature(node.op)
+            sig = op_signature(graph, node)
             if sig not in self._probe_cache:
                 self._probe_cache[sig] = self._probe(SubGraph(graph, 1 << node.index))
             if self._probe_cache[sig]:

@@ -1,0 +1,284 @@
+"""IREE (llvm-cpu, local-task driver): a compiler-kind backend.
+
+It compiles the extracted ONNX-in-MLIR function itself; no export. `compile_many` puts many
+regions into one module (one compile, one vmfb — minutes saved over one compile per
+candidate) and falls back to one compile per region when the joint compile fails, so a bad
+region costs only itself. Capability is IREE's own answer: each distinct op signature is
+compiled alone through input conversion only (`--compile-to=input`, fast), in batches that
+are split in halves on failure, and the answer is cached in-process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Backend, BackendKind, Kernel
+from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
+from collage_mlir.graph.subgraph import SubGraph
+
+DEFAULT_FLAGS = (
+    "--iree-llvmcpu-target-cpu=host",
+    "--iree-opt-level=O3",
+    "--iree-opt-data-tiling",
+    "--iree-llvmcpu-enable-ukernels=all",
+)
+"""Fast code on this host (all accepted by iree-base-compiler 3.13)."""
+DRIVER = "local-task"
+SMALL_CONSTANT = 16
+"""Constant operands up to this many elements are part of an op signature (shapes, axes)."""
+
+_FUNC = re.compile(r"func\.func @([\w$.-]+)")
+_ERROR_LINE = re.compile(r"<stdin>:(\d+):\d+: error:")
+_DIMS = re.compile(r"\[([-?\d,]*)\]")
+_support: dict[str, bool] = {}
+"""op signature → can IREE's input conversion take it (per process)."""
+
+
+# -- op signatures and capability -------------------------------------------------------
+
+def op_signature(graph: DataflowGraph, node: Node) -> str:
+    """What decides whether a backend can take an op: type, attributes, operand and result
+    ranks and element types (sizes other than 1 abstracted), and the values of small
+    constant operands (Reshape targets, axes)."""
+    parts = [node.op_type, str(sorted((k, str(v)) for k, v in
+                                      onnx_view.attributes(node.op).items()))]
+    for src, value in zip(node.operands, node.op.operands, strict=True):
+        if src is None:
+            parts.append("none")
+        elif graph.nodes[src[0]].kind is NodeKind.CONST:
+            parts.append("const:" + _abstract(_constant_text(graph.nodes[src[0]], value)))
+        else:
+            parts.append(_abstract(str(value.type)))
+    parts.extend(_abstract(str(r.type)) for r in node.op.results)
+    return "|".join(parts)
+
+
+def _abstract(type_text: str) -> str:
+    """A tensor type with sizes other than 1 collapsed to `n`: legality hardly depends on
+    sizes, and densenet's 668 ops then share a few dozen signatures."""
+    def dims(m: re.Match[str]) -> str:
+        return "[" + ",".join(d if d in ("1", "?", "") else "n"
+                              for d in m.group(1).split(",")) + "]"
+    return _DIMS.sub(dims, type_text)
+
+
+def _constant_text(producer: Node, value: ir.Value) -> str:
+    attrs = onnx_view.attributes(producer.op) if producer.op_type == "Constant" else {}
+    attr = attrs.get("value")
+    if isinstance(attr, ir.DenseElementsAttr) and (attr.is_splat or len(attr) <= SMALL_CONSTANT):
+        return str(attr)
+    return str(value.type)
+
+
+def _compile(text: str, flags: Sequence[str]) -> bytes:
+    import iree.compiler as ic
+
+    return ic.compile_str(text, target_backends=["llvm-cpu"], input_type="onnx",
+                          extra_args=list(flags))
+
+
+def _failed_functions(text: str, names: list[str], error: str) -> set[int]:
+    """Indices of the functions in `text` that the `<stdin>:LINE:` errors point into."""
+    starts = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _FUNC.search(line)
+        if m and m.group(1) in names:
+            starts.append((lineno, names.index(m.group(1))))
+    bad: set[int] = set()
+    for m in _ERROR_LINE.finditer(error):
+        line = int(m.group(1))
+        owner = [k for start, k in starts if start <= line]
+        if owner:
+            bad.add(owner[-1])
+    return bad
+
+
+def _accepts(probes: dict[str, ir.Module], sigs: list[str]) -> None:
+    """Decide `sigs` (one-op probe modules in `probes`) by input conversion, all in one
+    compile; functions the errors point at are dropped and the rest retried (halving when
+    the errors cannot be placed)."""
+    while sigs:
+        text, names = combine([probes[s] for s in sigs], "probe")
+        try:
+            _compile(text, ["--compile-to=input"])
+        except Exception as e:
+            if len(sigs) == 1:
+                _support[sigs[0]] = False
+                return
+            bad = _failed_functions(text, names, str(e))
+            if not bad:
+                half = len(sigs) // 2
+                _accepts(probes, sigs[:half])
+                _accepts(probes, sigs[half:])
+                return
+            _support.update((sigs[k], False) for k in bad)
+            sigs = [s for k, s in enumerate(sigs) if k not in bad]
+            continue
+        _support.update((s, True) for s in sigs)
+        return
+
+
+def iree_capability(graph: DataflowGraph) -> int:
+    """Bitset of op nodes whose signature IREE's input conversion accepts (cached)."""
+    sig_of = {node.index: op_signature(graph, node) for node in graph.op_nodes()}
+    probes: dict[str, ir.Module] = {}
+    for node in graph.op_nodes():
+        sig = sig_of[node.index]
+        if sig in _support or sig in probes:
+            continue
+        try:
+            probes[sig] = SubGraph(graph, 1 << node.index).extract("probe")
+        except Exception:  # cannot be extracted alone: IREE cannot be asked
+            _support[sig] = False
+    _accepts(probes, list(probes))
+    return sum(1 << i for i, sig in sig_of.items() if _support.get(sig))
+
+
+# -- modules ----------------------------------------------------------------------------
+
+def _only_function(module: ir.Module) -> ir.Operation:
+    funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+    if len(funcs) != 1:
+        raise ValueError(f"expected one func.func in the region module, found {len(funcs)}")
+    return funcs[0]
+
+
+def combine(modules: Sequence[ir.Module], prefix: str = "collage_region") -> tuple[str, list[str]]:
+    """One module text holding every region's function, renamed `prefix_k`."""
+    names = [f"{prefix}_{k}" for k in range(len(modules))]
+    ctx = _only_function(modules[0]).context
+    with ctx, ir.Location.unknown():
+        combined = ir.Module.create()
+        for module, name in zip(modules, names, strict=True):
+            if _only_function(module).context is not ctx:
+                module = ir.Module.parse(str(module), ctx)
+            clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))
+            clone.attributes["sym_name"] = ir.StringAttr.get(name)
+    return str(combined), names
+
+
+# -- runtime ----------------------------------------------------------------------------
+
+@functools.cache
+def _runtime_config(threads: int) -> Any:
+    """One local-task device per process; its worker count must be set before creation."""
+    import iree.runtime as rt
+
+    try:
+        rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+    except Exception:  # an unknown flag only costs the thread limit
+        pass
+    return rt.Config(DRIVER)
+
+
+class IreeKernel(Kernel):
+    """One function of a loaded vmfb (several kernels may share one context).
+
+    Inputs are passed by value each call; outputs are host numpy arrays owned by the caller.
+    """
+
+    def __init__(self, context: Any, fn_name: str) -> None:
+        self.context = context
+        self._fn = context.modules.module[fn_name]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        result = self._fn(*inputs)
+        if not isinstance(result, tuple | list):
+            result = (result,)
+        return [np.asarray(r.to_host()) for r in result]
+
+
+class IreeBackend(Backend):
+    """IREE llvm-cpu. Options: `threads` (task workers, default all cores), `flags` (extra
+    iree-compile flags, replacing DEFAULT_FLAGS)."""
+
+    name = "iree"
+    kind = BackendKind.COMPILER
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.threads = int(options.get("threads", os.cpu_count() or 1))
+        flags = options.get("flags", DEFAULT_FLAGS)
+        self.flags = tuple(flags.split() if isinstance(flags, str) else flags)
+
+    @property
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return f"{version('iree-base-compiler')}/{version('iree-base-runtime')}"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        try:
+            import iree.compiler  # noqa: F401
+        except ImportError:
+            return "iree-base-compiler is not installed"
+        try:
+            import iree.runtime as rt
+        except ImportError:
+            return "iree-base-runtime is not installed"
+        if DRIVER not in rt.query_available_drivers():
+            return f"iree runtime has no {DRIVER} driver"
+        return None
+
+    def capability(self, graph: DataflowGraph) -> int:
+        return iree_capability(graph)
+
+    def _load(self, vmfb: bytes) -> Any:
+        import iree.runtime as rt
+
+        config = _runtime_config(self.threads)
+        context = rt.SystemContext(config=config)
+        context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+        return context
+
+    def compile(self, module: ir.Module) -> Kernel:
+        result = self.compile_many([module])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
+        """All regions in one compile; regions the errors point at fail alone and the rest
+        are compiled together again; unplaceable errors fall back to one compile each."""
+        results: list[Kernel | Exception | None] = [None] * len(modules)
+        pending = list(range(len(modules)))
+        while pending:
+            text, names = "", []
+            try:
+                text, names = combine([modules[i] for i in pending])
+                context = self._load(_compile(text, self.flags))
+            except Exception as e:
+                if len(pending) == 1:
+                    results[pending[0]] = _short(e)
+                    break
+                bad = _failed_functions(text, names, str(e))
+                if not bad:
+                    for i in pending:
+                        results[i] = self.compile_many([modules[i]])[0]
+                    break
+                for k in bad:
+                    results[pending[k]] = _short(e)
+                pending = [i for k, i in enumerate(pending) if k not in bad]
+                continue
+            for i, name in zip(pending, names, strict=True):
+                results[i] = IreeKernel(context, name)
+            break
+        return [r if r is not None else RuntimeError("not compiled") for r in results]
+
+    def cache_options(self) -> str:
+        return f"threads={self.threads},flags={' '.join(self.flags)}"
+
+
+def _short(error: Exception) -> Exception:
+    """iree-compile errors carry pages of text; keep the first diagnostic line."""
+    lines = [ln for ln in str(error).splitlines() if "error:" in ln]
+    return RuntimeError(f"iree-compile failed: {lines[0].strip() if lines else error}")
