@@ -1,0 +1,169 @@
+"""Partitioning: the search's answer — chosen regions in execution order, with their costs.
+
+Also the independent, whole-partition view of the cost model that the incremental search
+must agree with (`evaluate`) and the validity check of a cover (`check_cover`). Both work
+on a plain list of candidates so tests can score hand-made or brute-forced partitions.
+
+Transition model (shared with the search): a value crossing from a region on backend X to a
+region on backend Y != X costs `transition(X, Y, nbytes)` once per (value, consuming region).
+Function arguments are handed from `HOST` to each region that reads them, and every value the
+function returns is handed from its producing region to `HOST`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.graph import DataflowGraph, NodeKind, iter_bits
+
+HOST = "host"
+"""Backend name of the caller: it owns the function's arguments and results."""
+
+Transition = Callable[[str, str, int], float]
+"""transition(src_backend, dst_backend, nbytes) -> seconds."""
+
+Value = tuple[int, int]
+"""(producer node, result number)."""
+
+_DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i1": 1, "f8E4M3FN": 1, "f8E5M2": 1}
+
+
+def value_nbytes(graph: DataflowGraph, value: Value) -> int:
+    """Bytes of one tensor value, from its `!torch.vtensor` type (unknown dims count as 1)."""
+    from collage_mlir.dialects import onnx as onnx_view
+
+    node, result = value
+    parsed = onnx_view.tensor_type(graph.nodes[node].values[result].type)
+    if parsed is None:
+        return 0
+    shape, dtype = parsed
+    size = _DTYPE_BYTES.get(dtype)
+    if size is None:
+        bits = "".join(c for c in dtype if c.isdigit())
+        size = max(1, (int(bits) + 7) // 8) if bits else 4
+    return math.prod(max(d, 1) for d in shape or ()) * size
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One chosen region, with the best candidate on another backend for the same nodes."""
+
+    candidate: CandidatePartition
+    cost: float
+    runner_up: CandidatePartition | None = None
+    runner_up_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """The least-cost exact cover: `choices` in a valid execution order.
+
+    `total_cost` = sum of region costs + `transition_cost` (all hand-offs, host included).
+    `states` counts the search states expanded (a measure of search effort).
+    """
+
+    graph: DataflowGraph
+    choices: tuple[Choice, ...]
+    total_cost: float
+    transition_cost: float = 0.0
+    states: int = 0
+
+    @property
+    def candidates(self) -> list[CandidatePartition]:
+        return [c.candidate for c in self.choices]
+
+    def region_of(self) -> dict[int, int]:
+        """Op node -> index of its region in execution order."""
+        return {i: k for k, c in enumerate(self.choices) for i in c.candidate.sub_graph.nodes}
+
+    def backend_of(self) -> dict[int, str]:
+        return {i: c.candidate.backend for c in self.choices for i in c.candidate.sub_graph.nodes}
+
+    def summary(self) -> str:
+        """One line per region, for logs and reports."""
+        lines = [f"total {self.total_cost:.6g} s (transitions {self.transition_cost:.6g} s), "
+                 f"{len(self.choices)} regions, {self.states} states"]
+        for k, c in enumerate(self.choices):
+            cand = c.candidate
+            ops = ",".join(self.graph.nodes[i].op_type for i in cand.sub_graph.nodes)
+            alt = (f"  (next: {c.runner_up.backend} {c.runner_up_cost:.6g})"
+                   if c.runner_up is not None else "")
+            lines.append(f"  {k}: {cand.backend:<12} {c.cost:.6g}  {ops}{alt}")
+        return "\n".join(lines)
+
+
+def region_deps(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> list[set[int]]:
+    """deps[k]: indices of the regions that region k reads a value from."""
+    owner = {i: k for k, r in enumerate(regions) for i in r.sub_graph.nodes}
+    deps: list[set[int]] = [set() for _ in regions]
+    for k, r in enumerate(regions):
+        for i in r.sub_graph.nodes:
+            for p in iter_bits(graph.nodes[i].preds):
+                if p in owner and owner[p] != k:
+                    deps[k].add(owner[p])
+    return deps
+
+
+def execution_order(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> list[int]:
+    """Region indices so each region follows those it reads (ties: lowest first node).
+
+    Raises ValueError when the regions' quotient graph has a cycle.
+    """
+    deps = region_deps(graph, regions)
+    users: list[list[int]] = [[] for _ in regions]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    waiting = [len(ds) for ds in deps]
+    ready = [(r.sub_graph.first, k) for k, r in enumerate(regions) if not waiting[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (regions[u].sub_graph.first, u))
+    if len(order) != len(regions):
+        raise ValueError("regions form a cycle")
+    return order
+
+
+def check_cover(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> None:
+    """Raise ValueError unless `regions` cover every op node exactly once, acyclically."""
+    seen = 0
+    for r in regions:
+        if r.inside & seen:
+            raise ValueError(f"{r} overlaps another region")
+        seen |= r.inside
+    missing = graph.op_bits & ~seen
+    if missing:
+        i = (missing & -missing).bit_length() - 1
+        raise ValueError(f"node {i} ({graph.nodes[i].op_type}) is not covered")
+    if seen & ~graph.op_bits:
+        raise ValueError("a region holds a node that is not an op")
+    execution_order(graph, regions)
+
+
+def evaluate(graph: DataflowGraph, regions: Sequence[CandidatePartition],
+             costs: Sequence[float], transition: Transition | None = None) -> tuple[float, float]:
+    """(total, transitions) of a whole partition under the transition model above."""
+    owner = {i: k for k, r in enumerate(regions) for i in r.sub_graph.nodes}
+    moved = 0.0
+    if transition is not None:
+        for r in regions:
+            for value in r.sub_graph.input_values:
+                p = value[0]
+                src = HOST if graph.nodes[p].kind is NodeKind.ARG else regions[owner[p]].backend
+                if src != r.backend:
+                    moved += transition(src, r.backend, value_nbytes(graph, value))
+        for value in sorted(set(graph.outputs)):
+            if value[0] in owner:
+                moved += transition(regions[owner[value[0]]].backend, HOST,
+                                    value_nbytes(graph, value))
+    return math.fsum(costs) + moved, moved

@@ -1,0 +1,312 @@
+"""The least-cost cover search (RFC phase 3): Dijkstra over sets of covered op nodes.
+
+From a state we take the lowest uncovered op node n (post-dfs) and try every candidate whose
+first node is n (any candidate holding n and an earlier node would overlap the covered set)
+and that overlaps nothing covered. Every exact cover is reachable this way, once, in order
+of first nodes, so the search is complete and explores no permutations.
+
+Costs. An edge costs the candidate's estimate plus the hand-offs it settles (the transition
+model of `partitioning`): each value crossing between the new region and a region already
+chosen is charged when its second side is placed, so the backend of both sides is known —
+a value from an uncovered producer is charged later, when the producer's region is placed.
+Arguments and returned values cost a host hand-off with the candidate itself. Since future
+charges depend on the backends around the covered set, a state is identified by the covered
+set plus, for each value still "live" (touching covered and uncovered nodes), the backend of
+its covered producer or the backends of its covered consumer regions. Without transitions
+(all zero) that part is empty and states are just covered sets, as in the RFC.
+
+Acyclicity. Two convex regions can still depend on each other. A cycle through a new region
+C exists iff C reaches itself in the quotient graph. Through uncovered nodes and through
+"plain" regions (every entry reaches every exit) quotient reachability equals node
+reachability, which cannot re-enter the convex C. Only "merging" regions (an entry that does
+not reach some exit, e.g. two parallel branches) add reachability, so states also keep the
+merging regions chosen so far (usually none) and the check follows those only.
+
+Unknown costs (NaN) raise CollageError by default (`unknown="raise"`): a decision from a
+missing measurement is a silent wrong answer; `unknown="invalid"` treats them as +inf.
+Ties keep the first path found: candidates are tried in `sort_key` order and states of
+equal cost leave the queue in insertion order, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, NodeKind, iter_bits
+from collage_mlir.search.partitioning import (
+    HOST,
+    Choice,
+    Partitioning,
+    Transition,
+    Value,
+    execution_order,
+    value_nbytes,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class _Edge:
+    """A candidate prepared for the search: boundary values and reachability as bitsets."""
+
+    index: int
+    inside: int
+    backend: str
+    cost: float  # estimate plus the host hand-offs, which depend on this candidate only
+    inputs: tuple[tuple[Value, int, int], ...]  # from outside ops: (value, nbytes, consumers)
+    outputs: tuple[tuple[Value, int, int], ...]  # (value, outside op consumers, nbytes)
+    down_out: int  # nodes reachable from the region, outside it
+    merging: bool
+
+
+def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+           costs: Sequence[float], transition_cost: Transition | None = None,
+           unknown: str = "raise") -> Partitioning:
+    """The least-cost exact, acyclic cover of `graph.op_bits` by `candidates`.
+
+    `costs[k]` is the estimate of `candidates[k]` in seconds (+inf: never taken).
+    `transition_cost(src, dst, nbytes)` prices hand-offs; None means free.
+    """
+    if len(costs) != len(candidates):
+        raise ValueError(f"{len(candidates)} candidates but {len(costs)} costs")
+    order = sorted(range(len(candidates)), key=lambda k: candidates[k].sort_key())
+    cands = [candidates[k] for k in order]
+    own = [_checked_cost(candidates[k], float(costs[k]), unknown) for k in order]
+    table = _transition_table(graph, cands, transition_cost)
+    edges = _prepare(graph, cands, own, table)
+    _check_coverable(graph, edges)
+    path, total, states = _dijkstra(graph, edges, table)
+    chosen = [cands[e.index] for e in path]
+    ranks = execution_order(graph, chosen)
+    choices = tuple(_choice(cands, own, path[k].index) for k in ranks)
+    moved = total - math.fsum(c.cost for c in choices)
+    return Partitioning(graph, choices, total, max(moved, 0.0), states)
+
+
+# -- preparation ----------------------------------------------------------------------------
+
+
+def _checked_cost(cand: CandidatePartition, cost: float, unknown: str) -> float:
+    if math.isnan(cost):
+        if unknown == "invalid":
+            return math.inf
+        raise CollageError(f"unknown cost (NaN) for {cand}; measure it, or search with "
+                           "unknown=invalid to skip unmeasured candidates")
+    if cost < 0:
+        raise CollageError(f"negative cost {cost} for {cand}")
+    return cost
+
+
+def _transition_table(graph: DataflowGraph, cands: Sequence[CandidatePartition],
+                      transition: Transition | None) -> dict[tuple[str, str, int], float] | None:
+    """Every hand-off price the search can need, asked once; None when all are free."""
+    if transition is None:
+        return None
+    backends = sorted({c.backend for c in cands} | {HOST})
+    sizes = {value_nbytes(graph, v) for c in cands
+             for v in c.sub_graph.input_values + c.sub_graph.output_values}
+    table = {}
+    for src in backends:
+        for dst in backends:
+            if src == dst:
+                continue
+            for n in sizes:
+                t = float(transition(src, dst, n))
+                if math.isnan(t) or t < 0:
+                    raise CollageError(f"transition cost {src}->{dst} ({n} bytes) is {t}")
+                table[src, dst, n] = t
+    return table if any(table.values()) else None
+
+
+def _consumers(graph: DataflowGraph) -> dict[Value, int]:
+    """Op nodes reading each value."""
+    out: dict[Value, int] = {}
+    for node in graph.nodes:
+        if node.kind is not NodeKind.OP:
+            continue
+        for src in node.operands:
+            if src is not None:
+                out[src] = out.get(src, 0) | (1 << node.index)
+    return out
+
+
+def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition], own: Sequence[float],
+             table: dict[tuple[str, str, int], float] | None) -> list[_Edge]:
+    consumers = _consumers(graph)
+    returned = set(graph.outputs)
+    edges = []
+    for k, cand in enumerate(cands):
+        if math.isinf(own[k]):
+            continue
+        sub = cand.sub_graph
+        if not sub.is_convex:
+            raise CollageError(f"candidate {cand} is not convex")
+        cost, inputs, outputs = own[k], [], []
+        for v in sub.input_values:
+            nbytes = value_nbytes(graph, v)
+            if graph.nodes[v[0]].kind is NodeKind.ARG:
+                cost += _price(table, HOST, cand.backend, nbytes)
+            else:
+                inputs.append((v, nbytes, consumers[v]))
+        for v in sub.output_values:
+            nbytes = value_nbytes(graph, v)
+            if v in returned:
+                cost += _price(table, cand.backend, HOST, nbytes)
+            outside = consumers.get(v, 0) & ~sub.inside
+            if outside:
+                outputs.append((v, outside, nbytes))
+        if math.isinf(cost):
+            continue
+        down = 0
+        for i in sub.nodes:
+            down |= graph.downstream[i]
+        edges.append(_Edge(k, sub.inside, cand.backend, cost, tuple(inputs), tuple(outputs),
+                           down & ~sub.inside, _is_merging(graph, sub.inside, sub.exit_bits)))
+    return edges
+
+
+def _is_merging(graph: DataflowGraph, inside: int, exits: int) -> bool:
+    """True when some entry does not reach every exit (the region adds reachability)."""
+    for i in iter_bits(inside):
+        if graph.nodes[i].preds & graph.op_bits & ~inside:
+            if exits & ~(graph.downstream[i] | (1 << i)):
+                return True
+    return False
+
+
+def _price(table: dict[tuple[str, str, int], float] | None, src: str, dst: str,
+           nbytes: int) -> float:
+    if table is None or src == dst:
+        return 0.0
+    return table[src, dst, nbytes]
+
+
+def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge]) -> None:
+    covered = 0
+    for e in edges:
+        covered |= e.inside
+    missing = graph.op_bits & ~covered
+    if missing:
+        i = (missing & -missing).bit_length() - 1
+        raise CollageError(f"no exact cover: node {i} ({graph.nodes[i].op_type}) has no "
+                           "candidate with a finite cost")
+
+
+# -- the search -----------------------------------------------------------------------------
+
+# A state key: (covered bits, live values, merging regions' bits). Live values, sorted:
+# (value, ("p", producer backend)) or (value, ("c", sorted consumer-region backends)).
+_Key = tuple[int, tuple, tuple[int, ...]]
+
+
+def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
+              table: dict[tuple[str, str, int], float] | None
+              ) -> tuple[list[_Edge], float, int]:
+    by_first: dict[int, list[_Edge]] = {}
+    for e in edges:  # edges are in sort_key order, so each list is too
+        by_first.setdefault((e.inside & -e.inside).bit_length() - 1, []).append(e)
+    merging_of = {e.inside: e for e in edges if e.merging}
+    start: _Key = (0, (), ())
+    best: dict[_Key, float] = {start: 0.0}
+    parent: dict[_Key, tuple[_Key, _Edge]] = {}
+    heap: list[tuple[float, int, _Key]] = [(0.0, 0, start)]
+    seq, expanded, stuck = 1, 0, -1
+    while heap:
+        cost, _, key = heapq.heappop(heap)
+        if cost > best[key]:
+            continue
+        covered, live_items, merging = key
+        if covered == graph.op_bits:
+            return _path(parent, key), cost, expanded
+        expanded += 1
+        free = graph.op_bits & ~covered
+        n = (free & -free).bit_length() - 1
+        live = dict(live_items)
+        progressed = False
+        for e in by_first.get(n, ()):
+            if e.inside & covered:
+                continue
+            if merging and _closes_cycle(e, merging, merging_of):
+                continue
+            new_covered = covered | e.inside
+            step, new_live = e.cost, ()
+            if table is not None:
+                extra, new_live = _hand_offs(e, covered, new_covered, live, table)
+                step += extra
+            new_merging = tuple(sorted(merging + (e.inside,))) if e.merging else merging
+            new_key = (new_covered, new_live, new_merging)
+            new_cost = cost + step
+            progressed = True
+            if new_cost < best.get(new_key, math.inf):
+                best[new_key] = new_cost
+                parent[new_key] = (key, e)
+                heapq.heappush(heap, (new_cost, seq, new_key))
+                seq += 1
+        if not progressed:
+            stuck = max(stuck, n)
+    raise CollageError(f"no exact acyclic cover: node {stuck} ({graph.nodes[stuck].op_type}) "
+                       "cannot be covered without overlapping regions or a cycle")
+
+
+def _closes_cycle(e: _Edge, merging: tuple[int, ...], merging_of: dict[int, _Edge]) -> bool:
+    """True when adding `e` lets the quotient graph reach `e` from `e`."""
+    reach, pending = e.down_out, list(merging)
+    grew = True
+    while grew and pending:
+        grew = False
+        for bits in list(pending):
+            if reach & bits:
+                reach |= merging_of[bits].down_out
+                pending.remove(bits)
+                grew = True
+    return bool(reach & e.inside)
+
+
+def _hand_offs(e: _Edge, covered: int, new_covered: int, live: dict,
+               table: dict[tuple[str, str, int], float]) -> tuple[float, tuple]:
+    """Hand-off seconds settled by placing `e`, and the live values after it."""
+    extra = 0.0
+    live = dict(live)
+    for v, nbytes, readers in e.inputs:
+        if (covered >> v[0]) & 1:  # producer placed: charge now
+            src = live[v][1]
+            if src != e.backend:
+                extra += table[src, e.backend, nbytes]
+            if not readers & ~new_covered:
+                del live[v]
+        else:  # producer not placed yet: remember this consumer region's backend
+            seen = live[v][1] if v in live else ()
+            live[v] = ("c", tuple(sorted(seen + (e.backend,))))
+    for v, outside, nbytes in e.outputs:
+        if v in live:  # consumers placed before their producer
+            for dst in live[v][1]:
+                if dst != e.backend:
+                    extra += table[e.backend, dst, nbytes]
+        if outside & ~new_covered:
+            live[v] = ("p", e.backend)
+        else:
+            live.pop(v, None)
+    return extra, tuple(sorted(live.items()))
+
+
+def _path(parent: dict[_Key, tuple[_Key, _Edge]], key: _Key) -> list[_Edge]:
+    out = []
+    while key in parent:
+        key, e = parent[key]
+        out.append(e)
+    return out[::-1]
+
+
+def _choice(cands: Sequence[CandidatePartition], own: Sequence[float], k: int) -> Choice:
+    """The chosen candidate and the cheapest finite one on another backend, same nodes."""
+    cand = cands[k]
+    rivals = [(own[j], j) for j, c in enumerate(cands)
+              if c.inside == cand.inside and c.backend != cand.backend and math.isfinite(own[j])]
+    if not rivals:
+        return Choice(cand, own[k])
+    cost, j = min(rivals)
+    return Choice(cand, own[k], cands[j], cost)

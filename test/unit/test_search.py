@@ -1,0 +1,230 @@
+"""The least-cost cover search: optimal against brute force, exact, acyclic, deterministic."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from dags import dag_text, random_dag
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, SubGraph, bits_of, iter_bits
+from collage_mlir.importer import parse_mlir
+from collage_mlir.search import HOST, check_cover, evaluate, execution_order, search
+
+BACKENDS = ("a", "b", "c")
+
+
+def graph_of(preds: list[list[int]]) -> tuple[DataflowGraph, list[int]]:
+    """The graph of `dag_text(preds)` and the post-dfs index of each op k of the text."""
+    module = parse_mlir(dag_text(preds))
+    fn = module.body.operations[0]
+    graph = DataflowGraph(fn)
+    graph.module = module  # the function lives only as long as its module
+    ops = list(fn.regions[0].blocks[0].operations)[:-1]
+    return graph, [graph.node_of(op).index for op in ops]
+
+
+def cand(graph: DataflowGraph, nodes: list[int], backend: str, rule: str = "r"
+         ) -> CandidatePartition:
+    return CandidatePartition(SubGraph(graph, bits_of(nodes)), backend, rule)
+
+
+def linear(per_call: float, per_byte: float, host: bool = True):
+    def transition(src: str, dst: str, nbytes: int) -> float:
+        if src == dst or (not host and HOST in (src, dst)):
+            return 0.0
+        return per_call + per_byte * nbytes
+    return transition
+
+
+def brute_force(graph, cands, costs, transition) -> float:
+    """Least total over every exact acyclic cover, by enumeration."""
+    usable = [k for k, c in enumerate(cands) if math.isfinite(costs[k])]
+    best = math.inf
+
+    def rec(covered: int, chosen: list[int]) -> None:
+        nonlocal best
+        if covered == graph.op_bits:
+            regions = [cands[k] for k in chosen]
+            try:
+                execution_order(graph, regions)
+            except ValueError:
+                return
+            total, _ = evaluate(graph, regions, [costs[k] for k in chosen], transition)
+            best = min(best, total)
+            return
+        free = graph.op_bits & ~covered
+        n = (free & -free).bit_length() - 1
+        for k in usable:
+            c = cands[k]
+            if (c.inside >> n) & 1 and not c.inside & covered:
+                rec(covered | c.inside, chosen + [k])
+
+    rec(0, [])
+    return best
+
+
+@st.composite
+def problems(draw):
+    """A random DAG, random convex candidates plus all singletons, random costs."""
+    _, preds = draw(random_dag(max_nodes=8))
+    graph, _ = graph_of(preds)
+    ops = list(iter_bits(graph.op_bits))
+    cost = st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0])
+    # Groups are cheap (fusion pays), so cyclic pairs of groups are tempting.
+    group_cost = st.sampled_from([0.0, 0.25, 0.5, 1.0, math.inf])
+    cands, costs = [], []
+    for i in ops:
+        for b in BACKENDS:
+            cands.append(cand(graph, [i], b, "single"))
+            costs.append(draw(cost))
+    for _ in range(draw(st.integers(0, 10)) if len(ops) > 1 else 0):
+        nodes = draw(st.lists(st.sampled_from(ops), min_size=2, max_size=min(4, len(ops)),
+                                     unique=True))
+        sub = SubGraph(graph, bits_of(nodes))
+        if sub.is_convex:
+            cands.append(CandidatePartition(sub, draw(st.sampled_from(BACKENDS)), "group"))
+            costs.append(draw(group_cost))
+    transition = draw(st.sampled_from([
+        None, linear(0.0, 0.0), linear(0.25, 0.0), linear(1.0, 0.0, host=False),
+        linear(0.125, 0.03125)]))
+    return graph, cands, costs, transition
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_search_matches_brute_force(problem):
+    graph, cands, costs, transition = problem
+    result = search(graph, cands, costs, transition)
+    check_cover(graph, result.candidates)  # exact and acyclic
+    assert execution_order(graph, result.candidates) == list(range(len(result.choices)))
+    total, moved = evaluate(graph, result.candidates, [c.cost for c in result.choices],
+                            transition)
+    assert math.isclose(result.total_cost, total, rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(result.transition_cost, moved, rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(result.total_cost, brute_force(graph, cands, costs, transition),
+                        rel_tol=1e-9, abs_tol=1e-12)
+
+
+@st.composite
+def pair_problems(draw):
+    """Every convex pair is a cheap candidate: covers by pairs often hide cycles."""
+    _, preds = draw(random_dag(min_nodes=4, max_nodes=8))
+    graph, _ = graph_of(preds)
+    ops = list(iter_bits(graph.op_bits))
+    cands = [cand(graph, [i], "s") for i in ops]
+    costs = [1.0] * len(ops)
+    for k, i in enumerate(ops):
+        for j in ops[k + 1:]:
+            sub = SubGraph(graph, bits_of([i, j]))
+            if sub.is_convex:
+                cands.append(CandidatePartition(sub, draw(st.sampled_from(BACKENDS)), "pair"))
+                costs.append(draw(st.sampled_from([0.0, 0.25, 0.5])))
+    return graph, cands, costs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair_problems())
+def test_search_avoids_cycles_between_pairs(problem):
+    graph, cands, costs = problem
+    result = search(graph, cands, costs)
+    check_cover(graph, result.candidates)
+    assert math.isclose(result.total_cost, brute_force(graph, cands, costs, None))
+
+
+def test_two_convex_regions_forming_a_cycle_are_not_chosen():
+    # a -> b and c -> d; {a, d} and {c, b} are each convex but depend on each other.
+    graph, (a, c, b, d) = graph_of([[], [], [0], [1]])
+    cands = [cand(graph, [a, d], "x"), cand(graph, [c, b], "x")]
+    cands += [cand(graph, [i], "y") for i in (a, b, c, d)]
+    costs = [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    result = search(graph, cands, costs)
+    assert result.total_cost == 2.0  # one of the pair (free), plus two singletons
+    assert sum(c.candidate.backend == "x" for c in result.choices) == 1
+    with pytest.raises(ValueError, match="cycle"):
+        check_cover(graph, cands[:2])
+
+
+def test_no_cover_names_the_first_uncovered_node():
+    graph, (n0, n1, n2) = graph_of([[], [0], [1]])
+    cands = [cand(graph, [n0], "a"), cand(graph, [n1], "a"), cand(graph, [n2], "a")]
+    with pytest.raises(CollageError, match=rf"node {n1} \(Neg\)"):
+        search(graph, cands, [1.0, math.inf, 1.0])
+
+
+def test_no_cover_because_of_overlap():
+    graph, (n0, n1, n2) = graph_of([[], [0], [1]])
+    cands = [cand(graph, [n0, n1], "a"), cand(graph, [n1, n2], "a")]
+    with pytest.raises(CollageError, match="no exact acyclic cover"):
+        search(graph, cands, [1.0, 1.0])
+
+
+def test_unknown_cost_raises_or_is_invalid():
+    graph, (n0,) = graph_of([[]])
+    cands = [cand(graph, [n0], "a"), cand(graph, [n0], "b")]
+    with pytest.raises(CollageError, match="unknown cost"):
+        search(graph, cands, [math.nan, 2.0])
+    result = search(graph, cands, [math.nan, 2.0], unknown="invalid")
+    assert [c.candidate.backend for c in result.choices] == ["b"]
+
+
+def test_negative_cost_is_rejected():
+    graph, (n0,) = graph_of([[]])
+    with pytest.raises(CollageError, match="negative"):
+        search(graph, [cand(graph, [n0], "a")], [-1.0])
+
+
+def test_ties_are_broken_by_sort_key_whatever_the_input_order():
+    graph, ops = graph_of([[], [0], [1], [1, 2]])
+    cands = [cand(graph, [i], b) for i in ops for b in BACKENDS]
+    cands += [cand(graph, [ops[1], ops[2]], b, "pair") for b in BACKENDS]
+    costs = [1.0] * (3 * len(ops)) + [2.0] * 3
+    picks = set()
+    for seed in range(5):
+        order = list(range(len(cands)))
+        random.Random(seed).shuffle(order)
+        result = search(graph, [cands[k] for k in order], [costs[k] for k in order])
+        picks.add(tuple(repr(c) for c in result.candidates))
+    assert len(picks) == 1
+    assert {c.candidate.backend for c in result.choices} == {"a"}
+
+
+def test_runner_up_is_the_best_other_backend_with_the_same_nodes():
+    graph, (n0, n1) = graph_of([[], [0]])
+    cands = [cand(graph, [n0, n1], "a"), cand(graph, [n0, n1], "b"),
+             cand(graph, [n0, n1], "c"), cand(graph, [n0], "a"), cand(graph, [n1], "a")]
+    result = search(graph, cands, [1.0, 3.0, 2.0, 1.0, 1.0])
+    (choice,) = result.choices
+    assert choice.candidate.backend == "a"
+    assert (choice.runner_up.backend, choice.runner_up_cost) == ("c", 2.0)
+
+
+def test_transition_cost_keeps_a_chain_on_one_backend():
+    graph, ops = graph_of([[], [0], [1]])
+    cands = [cand(graph, [i], b) for i in ops for b in ("a", "b")]
+    # b is cheaper for the middle op only, by 0.5.
+    costs = [1.0, 2.0, 1.0, 0.5, 1.0, 2.0]
+    free = search(graph, cands, costs)
+    assert [c.candidate.backend for c in free.choices] == ["a", "b", "a"]
+    priced = search(graph, cands, costs, linear(0.5, 0.0, host=False))
+    assert [c.candidate.backend for c in priced.choices] == ["a", "a", "a"]
+    assert priced.total_cost == 3.0 and priced.transition_cost == 0.0
+
+
+def test_consumer_placed_before_its_producer_is_charged_once():
+    # ops: p0 -> {q1, s3}; p2 -> s3. Candidate {p0, p2}? not connected; use {p0, s3}:
+    # then p2 (the producer of s3's second input) is placed after s3.
+    graph, (p0, q1, p2, s3) = graph_of([[], [0], [], [0, 2]])
+    cands = [cand(graph, [p0, s3], "a"), cand(graph, [q1], "a"), cand(graph, [p2], "b")]
+    cands += [cand(graph, [i], "a") for i in (p0, p2, s3)]
+    costs = [0.0, 1.0, 0.0, 5.0, 5.0, 5.0]
+    transition = linear(0.25, 0.0, host=False)
+    result = search(graph, cands, costs, transition)
+    total, moved = evaluate(graph, result.candidates, [c.cost for c in result.choices],
+                            transition)
+    assert (result.total_cost, result.transition_cost) == (total, moved) == (1.25, 0.25)
