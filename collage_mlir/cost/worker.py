@@ -100,7 +100,7 @@ def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -
         kernel.run(inputs)
         times.append(time.perf_counter() - t0)
         n = len(times)
-        if n >= s.min_runs and n % s.settle_window == 0:
+        if n >= max(s.min_runs, 2 * s.settle_window) and n % s.settle_window == 0:
             now, before = statistics.median(times), statistics.median(times[:-s.settle_window])
             if abs(now - before) <= s.settle * now:
                 break

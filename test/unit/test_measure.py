@@ -1,0 +1,240 @@
+"""MeasuringEstimator: isolation of backend faults, caching, dedup, concurrency, transitions.
+
+Uses the test doubles in fault_backend.py (loaded by `module:Class` path, as a plugin not
+installed as an entry point would be); the real backends are not needed.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost.cache import INVALID, OK, MeasurementCache
+from collage_mlir.cost.inputs import make_inputs_for_specs
+from collage_mlir.cost.key import find_function
+from collage_mlir.cost.measure import MeasuringEstimator
+from collage_mlir.cost.transition import fit
+from collage_mlir.cost.worker import MeasureSettings, compare
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.importer import import_onnx
+
+HERE = Path(__file__).parent
+NUMPY = "fault_backend:NumpyTestBackend"
+FAULT = "fault_backend:FaultInjectingBackend"
+BATCHING = "fault_backend:BatchingTestBackend"
+FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02)
+
+MODEL = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[16,16] x, float[16,16] w) => (float[16,16] y) {
+  a = MatMul(x, w)
+  b = Relu(a)
+  c = Sigmoid(b)
+  d = Relu(c)
+  y = Add(d, x)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def graph():
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = DataflowGraph(find_function(module))
+    graph._module = module  # keep the IR alive as long as the graph
+    return graph
+
+
+def single_op(graph, backend: str) -> list[CandidatePartition]:
+    return [CandidatePartition(SubGraph(graph, 1 << n.index), backend, "single-op")
+            for n in graph.op_nodes()]
+
+
+def estimator(tmp_path, backends, **kw) -> MeasuringEstimator:
+    kw.setdefault("reference", NUMPY)
+    kw.setdefault("settings", FAST)
+    kw.setdefault("timeout_s", 20)
+    return MeasuringEstimator(backends, cache_path=tmp_path / "c.sqlite", **kw)
+
+
+@pytest.mark.parametrize("mode, reason", [
+    ("segfault", "SIGSEGV"),
+    ("abort", "SIGABRT"),
+    ("hang", "timed out after 3 s"),
+    ("wrong", "wrong numbers: max abs err 0.5"),
+    ("compile_error", "compile failed: RuntimeError: injected"),
+])
+def test_fault_costs_one_candidate(tmp_path, graph, mode, reason):
+    timeout = 3 if mode == "hang" else 20
+    with estimator(tmp_path, {FAULT: {"mode": mode, "on": "Relu"}}, timeout_s=timeout) as est:
+        cands = single_op(graph, "fault")
+        costs = est.estimate(cands)
+        types = [graph.nodes[c.sub_graph.first].op_type for c in cands]
+        for op_type, cost in zip(types, costs, strict=True):
+            assert math.isinf(cost) if op_type == "Relu" else 0 < cost < math.inf, op_type
+        rows = est.cache.measurements("fault")
+        # two Relu nodes with one shape: one key, one row
+        assert len(rows) == len(set(types)) == est.stats.regions
+        bad = [r for r in rows if r.status != OK]
+        assert len(bad) == 1 and bad[0].status == INVALID
+        assert bad[0].signature.startswith("Relu") and reason in bad[0].error
+        assert all(r.runs >= FAST.min_runs_on_budget and r.median > 0
+                   for r in rows if r.status == OK)
+
+
+def test_second_estimate_is_all_cache_hits(tmp_path, graph):
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        first = est.estimate(cands)
+        assert est.stats.measured == est.stats.regions == len(set(est.key(c) for c in cands))
+    with estimator(tmp_path, [NUMPY]) as est:  # a new process would see the same
+        seen = []
+        second = est.estimate(cands, progress=lambda d, t: seen.append((d, t)))
+        assert est.stats.measured == 0 and est.stats.hits == est.stats.regions
+    assert second == first
+    assert seen[-1] == (len(cands), len(cands))
+
+
+def test_identical_regions_measured_once(tmp_path, graph):
+    relus = [c for c in single_op(graph, "numpy_test")
+             if graph.nodes[c.sub_graph.first].op_type == "Relu"]
+    assert len(relus) == 2
+    with estimator(tmp_path, [NUMPY]) as est:
+        costs = est.estimate(relus)
+        assert est.stats.measured == 1 and costs[0] == costs[1]
+
+
+def test_batch_compile_crash_is_retried_one_by_one(tmp_path, graph):
+    with estimator(tmp_path, {BATCHING: {"on": "Sigmoid"}}) as est:
+        cands = single_op(graph, "batching_test")
+        costs = est.estimate(cands)
+        types = [graph.nodes[c.sub_graph.first].op_type for c in cands]
+        assert [math.isinf(c) for c in costs] == [t == "Sigmoid" for t in types]
+        assert est.stats.restarts >= 2  # batch death, then the culprit's own death
+        bad = [r for r in est.cache.measurements() if r.status != OK]
+        assert len(bad) == 1 and "SIGABRT" in bad[0].error
+
+
+def test_unknown_backend_is_refused_or_skipped(tmp_path, graph):
+    with pytest.raises(CollageError, match="unknown backend 'nope'"):
+        estimator(tmp_path, [NUMPY, "nope"])
+    with estimator(tmp_path, [NUMPY, "nope"], skip_unusable=True) as est:
+        assert list(est.backends) == ["numpy_test"] and "nope" in est.skipped
+        costs = est.estimate(single_op(graph, "elsewhere"))
+        assert all(math.isnan(c) for c in costs)
+
+
+CONCURRENT = """
+import sys
+sys.path.insert(0, {here!r})
+from test_measure import MODEL, FAST, NUMPY, single_op
+import onnx.parser
+from collage_mlir.importer import import_onnx
+from collage_mlir.cost.key import find_function
+from collage_mlir.graph import DataflowGraph
+from collage_mlir.cost.measure import MeasuringEstimator
+module = import_onnx(onnx.parser.parse_model(MODEL.replace("16", sys.argv[2])))
+graph = DataflowGraph(find_function(module))
+est = MeasuringEstimator([NUMPY], cache_path=sys.argv[1], reference=NUMPY, settings=FAST)
+costs = est.estimate(single_op(graph, "numpy_test"))
+assert all(0 < c < float("inf") for c in costs), costs
+"""
+
+
+def test_two_measuring_processes_share_one_cache(tmp_path, graph):
+    path = str(tmp_path / "shared.sqlite")
+    script = CONCURRENT.format(here=str(HERE))
+    # Same model in both (every key written twice) and one different model each.
+    sizes = ["16", "16", "24", "32"]
+    procs = [subprocess.Popen([sys.executable, "-c", script, path, s]) for s in sizes[:2]]
+    procs += [subprocess.Popen([sys.executable, "-c", script, path, s]) for s in sizes[2:]]
+    assert [p.wait(timeout=180) for p in procs] == [0, 0, 0, 0]
+    with MeasurementCache(path) as cache:
+        assert cache.integrity_ok()
+        rows = cache.measurements()
+    # 4 distinct single-op regions (MatMul, Relu, Sigmoid, Add) per distinct size
+    assert len(rows) == 4 * len(set(sizes)) == len({r.key for r in rows})
+    assert all(r.status == OK and r.median > 0 for r in rows)
+
+
+def test_transition_cost_measured_once_then_cached(tmp_path):
+    backends = [NUMPY, BATCHING]
+    with estimator(tmp_path, backends) as est:
+        assert est.transition_cost("numpy_test", "numpy_test", 1 << 20) == 0.0
+        forward = est.transition("numpy_test", "batching_test")
+        backward = est.transition("batching_test", "numpy_test")
+        assert forward.status == OK and backward.status == OK
+        assert len(forward.points) == 4 and forward.per_call >= 0 and forward.per_byte >= 0
+        assert est.transition_cost("numpy_test", "batching_test", 4096) == pytest.approx(
+            forward.per_call + forward.per_byte * 4096)
+        created = forward.created
+    with estimator(tmp_path, backends) as est:
+        again = est.transition("numpy_test", "batching_test")
+        assert again.created == created and again.points == forward.points
+
+
+# -- pieces ---------------------------------------------------------------------------------
+
+
+def test_input_rule():
+    specs = [((3, 5), np.dtype(np.float32)), ((4,), np.dtype(np.int64)),
+             ((2, 2), np.dtype(np.bool_))]
+    x, idx, mask = make_inputs_for_specs(specs)
+    assert x.dtype == np.float32 and abs(float(x.mean())) < 1.5
+    assert idx.dtype == np.int64 and idx.min() >= 0 and idx.max() < 3  # below every dim
+    assert mask.dtype == np.bool_
+    again = make_inputs_for_specs(specs)
+    assert all(np.array_equal(a, b) for a, b in zip([x, idx, mask], again, strict=True))
+
+
+def test_compare_tolerates_reordering_not_errors():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 64)).astype(np.float32)
+    ref = a @ b
+    reordered = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    assert compare([reordered], [ref], MeasureSettings()) is None
+    off = ref.copy()
+    off[3, 3] += 0.5
+    assert "wrong numbers: max abs err 0.5" in compare([off], [ref], MeasureSettings())
+    assert "shape" in compare([ref[:2]], [ref], MeasureSettings())
+    assert "outputs" in compare([ref, ref], [ref], MeasureSettings())
+
+
+def test_fit_recovers_line_and_clips():
+    points = [(n, 5e-6 + 2e-10 * n) for n in (1024, 65536, 1 << 20, 4 << 20)]
+    per_call, per_byte = fit(points)
+    assert per_call == pytest.approx(5e-6, rel=1e-3)
+    assert per_byte == pytest.approx(2e-10, rel=1e-3)
+    assert fit([(1024, -1e-6), (4096, -2e-6)]) == (0.0, 0.0)
+
+
+def test_cli_measure_then_cache(tmp_path, capsys):
+    from collage_mlir.tools.cli import main
+
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(MODEL), str(model))
+    cache = str(tmp_path / "cli.sqlite")
+    argv = ["measure", str(model), "--backends", f"{NUMPY},{FAULT},nope", "--cache", cache,
+            "--reference", NUMPY, "--budget", "0.02"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "skipping backend 'nope'" in err
+    relu_row = next(line for line in out.splitlines() if " Relu " in line)
+    assert "invalid" in relu_row and relu_row.rstrip().endswith("numpy_test")
+    assert "SIGSEGV" in out and "8 measured" in out
+    assert main(argv) == 0
+    assert "0 measured" in capsys.readouterr().out
+    assert main(["cache", "stats", "--cache", cache]) == 0
+    stats = capsys.readouterr().out
+    assert "fault: 4 (3 ok, 1 invalid)" in stats and "numpy_test: 4 (4 ok)" in stats
+    assert main(["measure", str(model), "--backends", "nope", "--cache", cache]) == 1
+    assert "no usable backend" in capsys.readouterr().err
