@@ -101,14 +101,20 @@ class CombineRule(PartitionRule):
     union is valid under `config` (the context's config when None). This is a worklist, not
     rounds over all pairs: each new candidate only meets the candidates that contain one of
     its input or output nodes (a per-node index), so the work grows with the number of
-    candidates times their boundary, not quadratically. Pruning invalid unions early is
-    what TVM does too; a set reachable only through an invalid intermediate is missed.
+    candidates times their boundary, not quadratically.
+
+    Invalid unions are pruned early (as in TVM), which is exact for single-exit configs: a
+    valid single-exit set minus one of its sources is still valid, so every such set grows
+    from singletons. With `max_exits > 1` a fan-out (Split feeding two ops) needs a tapped
+    intermediate, so unions within `exit_slack` extra exits, taps allowed, are grown further
+    but not proposed. Sets that need a wider detour are still missed.
     """
 
     def __init__(self, sub_rule: PartitionRule, combiners: Iterable[CombinerRule],
                  config: SubGraphConfig | None = None, name: str = "combine",
-                 max_candidates: int = 100_000) -> None:
+                 max_candidates: int = 100_000, exit_slack: int = 1) -> None:
         self.name, self.sub_rule = name, sub_rule
+        self.exit_slack = exit_slack
         self.combiners = list(combiners)
         self.config = config
         self.max_candidates = max_candidates
@@ -125,7 +131,11 @@ class _Combiner:
 
     def __init__(self, rule: CombineRule, ctx: RuleContext) -> None:
         self.rule, self.ctx = rule, ctx
-        self.config = rule.config or ctx.config
+        self.config = config = rule.config or ctx.config
+        self.growth = None
+        if config.max_exits > 1 and rule.exit_slack > 0:
+            self.growth = SubGraphConfig(config.max_exits + rule.exit_slack, True,
+                                         config.max_depth)
         self.found: dict[int, CandidatePartition] = {}
         self.tried: set[int] = set()
         self.by_node: dict[int, list[int]] = {}
@@ -139,8 +149,10 @@ class _Combiner:
             self._expand(self.work.popleft())
         return list(self.found.values())
 
-    def _add(self, inside: int, candidate: CandidatePartition) -> None:
-        self.found[inside] = candidate
+    def _add(self, inside: int, candidate: CandidatePartition | None) -> None:
+        """Index `inside` for growth; `candidate` None marks a hidden intermediate."""
+        if candidate is not None:
+            self.found[inside] = candidate
         self.tried.add(inside)
         for i in iter_bits(inside):
             self.by_node.setdefault(i, []).append(inside)
@@ -167,3 +179,5 @@ class _Combiner:
         if sub.is_valid(self.config):
             self.ctx.remember(sub)
             self._add(union, self.ctx.candidate(union, self.rule.name))
+        elif self.growth is not None and sub.is_valid(self.growth):
+            self._add(union, None)

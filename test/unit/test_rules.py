@@ -364,3 +364,21 @@ def test_join_anything_finds_every_single_exit_connected_set(dag, taps, depth):
                 want.add(bits)
     rule = CombineRule(OpPredicateRule(), [JoinAnythingCombiner()])
     assert {c.inside for c in rule.all_candidates(ctx(g, max_exits=1, allow_taps=taps, max_depth=depth))} == want
+
+
+def test_fan_out_sets_need_a_tapped_intermediate():
+    """Split → (Relu, Neg): {split, relu, neg} has two exits and no tap, but both ways to
+    grow it pass through a tapped set; the exit slack keeps those as hidden intermediates."""
+    s = "!torch.vtensor<[1,4],f32>"
+    lines = [f'  %0:2 = torch.operator "onnx.Split"(%x) {{torch.onnx.axis = 1 : si64}} : ({T}) '
+             f"-> ({s}, {s})",
+             f'  %1 = torch.operator "onnx.Relu"(%0#0) : ({s}) -> {s}',
+             f'  %2 = torch.operator "onnx.Neg"(%0#1) : ({s}) -> {s}',
+             f"  return %1, %2 : {s}, {s}"]
+    g = graph(lines, results=f"{s}, {s}")
+    split, relu, neg = ops_of(g)
+    found = sets(CombineRule(OpPredicateRule(), [JoinAnythingCombiner()]).all_candidates(
+        ctx(g, max_exits=2)))
+    assert found == {(split,), (relu,), (neg,), (split, relu, neg)}
+    strict = CombineRule(OpPredicateRule(), [JoinAnythingCombiner()], exit_slack=0)
+    assert (split, relu, neg) not in sets(strict.all_candidates(ctx(g, max_exits=2)))
