@@ -149,8 +149,10 @@ def _print_summary(est, graph, candidates, costs, backends, elapsed: float) -> N
     for c, cost in zip(candidates, costs, strict=True):
         per_node.setdefault(c.sub_graph.first, {})[c.backend] = cost
     for b in backends:
-        total = sum(per_node[n].get(b, math.inf) for n in per_node)
-        out.write(f"  every op on {b}: {_ms(total)}\n")
+        missing = sum(b not in per_node[n] for n in per_node)
+        total = sum(per_node[n].get(b, 0.0) for n in per_node)
+        note = f" ({missing} ops it cannot take)" if missing else ""
+        out.write(f"  every op on {b}: {_ms(total) if not missing else '-'}{note}\n")
     best = sum(min((c for c in v.values() if math.isfinite(c)), default=math.inf)
                for v in per_node.values())
     out.write(f"  best backend per op (no hand-off cost): {_ms(best)}\n")
@@ -176,7 +178,7 @@ def _print_invalid(est, candidates, costs) -> None:
 
 
 def _print_transitions(est, backends: Sequence[str]) -> None:
-    sys.stdout.write("\nhand-off cost, extra over staying on one backend (per call + per MB):\n")
+    sys.stdout.write("\nhand-off cost, extra over the two calls alone (per call + per MB):\n")
     for src in backends:
         for dst in backends:
             if src == dst:

@@ -3,15 +3,17 @@
 Measured, not guessed (the RFC leaves it out; it decides whether mixing pays for small
 regions). The experiment runs in a measuring worker that has both backends loaded, on a
 cheap elementwise region (Relu on a flat f32 tensor) at a few sizes, through the same
-`Kernel.run` call path the runtime uses: for each size it times the chains A→B, B→A, A→A and
-B→B in round-robin (so machine noise hits all four alike) and takes
+`Kernel.run` call path the runtime uses. Per size and round it times, back to back, the chains
+A→B and B→A (the second kernel gets the first one's fresh output array) and the single calls
+A and B with their input bound once — exactly how every candidate is measured. The hand-off
+is the paired per-round difference, taken at the median over rounds:
 
-    hand-off(A→B, n) = median(A→B) - (median(A→A) + median(B→B)) / 2,
+    hand-off(A→B, n) = median_r( t_r(A→B) - t_r(A) - t_r(B) ),
 
-i.e. the extra over what the two calls cost when each stays on its own backend (whose own
-per-call cost is already in every measured candidate). A least-squares line
-`per_call + per_byte * nbytes` (both clipped at 0) is fitted per direction and cached per
-backend pair and host.
+so that a cover's estimate, the sum of its candidates' measured costs plus these hand-offs,
+adds up to what the chained calls really take (pairing within a round cancels most of the
+machine's drift). A line `per_call + per_byte * nbytes` (Theil–Sen, both clipped at 0) is
+fitted per direction and cached per backend pair and host.
 """
 
 from __future__ import annotations
@@ -52,16 +54,34 @@ def relu_module_text(n: int) -> str:
         "}\n")
 
 
-def _chain(first: Kernel, second: Kernel, x: list[np.ndarray]) -> Callable[[], float]:
+def _timer(f: Callable[[], object]) -> Callable[[], float]:
     def once() -> float:
         t0 = time.perf_counter()
-        second.run(first.run(x))
+        f()
         return time.perf_counter() - t0
     return once
 
 
+def _hand_offs(a: Kernel, b: Kernel, x: list[np.ndarray], repeats: int,
+               budget_s: float) -> tuple[float, float]:
+    """Median paired hand-off seconds (a→b, b→a) at one size."""
+    runs = {"ab": _timer(lambda: b.run(a.run(x))), "ba": _timer(lambda: a.run(b.run(x))),
+            "a": _timer(lambda: a.run(x)), "b": _timer(lambda: b.run(x))}
+    for f in runs.values():  # warm up every path (first binds, page faults)
+        f(), f()
+    ab, ba = [], []
+    start = time.perf_counter()
+    for r in range(repeats):
+        t = {k: f() for k, f in runs.items()}
+        ab.append(t["ab"] - t["a"] - t["b"])
+        ba.append(t["ba"] - t["a"] - t["b"])
+        if r >= 10 and time.perf_counter() - start > budget_s:
+            break
+    return statistics.median(ab), statistics.median(ba)
+
+
 def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
-                   repeats: int = 40, budget_s: float = 2.0,
+                   repeats: int = 60, budget_s: float = 2.0,
                    ) -> tuple[list[Point], list[Point]]:
     """(nbytes, seconds) hand-off points for src→dst and dst→src, one per size."""
     from collage_mlir.importer import parse_mlir
@@ -72,34 +92,23 @@ def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
         a = src.compile(parse_mlir(relu_module_text(n), "transition"))
         b = dst.compile(parse_mlir(relu_module_text(n), "transition"))
         x = [np.random.default_rng(n).standard_normal(n, dtype=np.float32)]
-        chains = {"ab": _chain(a, b, x), "ba": _chain(b, a, x),
-                  "aa": _chain(a, a, x), "bb": _chain(b, b, x)}
-        times: dict[str, list[float]] = {k: [] for k in chains}
-        for f in chains.values():  # warm up every path (first binds, page faults)
-            f(), f()
-        start = time.perf_counter()
-        for r in range(repeats):
-            for k, f in chains.items():
-                times[k].append(f())
-            if r >= 5 and time.perf_counter() - start > budget_s:
-                break
-        med = {k: statistics.median(v) for k, v in times.items()}
-        base = (med["aa"] + med["bb"]) / 2
-        nbytes = 4 * n
-        forward.append((nbytes, med["ab"] - base))
-        backward.append((nbytes, med["ba"] - base))
+        ab, ba = _hand_offs(a, b, x, repeats, budget_s)
+        forward.append((4 * n, ab))
+        backward.append((4 * n, ba))
     return forward, backward
 
 
 def fit(points: Sequence[Point]) -> tuple[float, float]:
-    """Least-squares `per_call + per_byte * nbytes` through the points, both clipped at 0."""
-    xs = np.array([p[0] for p in points], dtype=np.float64)
-    ys = np.array([p[1] for p in points], dtype=np.float64)
-    if len(points) == 1 or np.ptp(xs) == 0:
-        return max(0.0, float(ys.mean())), 0.0
-    per_byte, per_call = np.polyfit(xs, ys, 1)
-    if per_byte < 0:  # no growth with size: a constant is the better model
-        return max(0.0, float(ys.mean())), 0.0
-    if per_call < 0:  # a line through the origin instead
-        return 0.0, max(0.0, float(xs @ ys / (xs @ xs)))
-    return float(per_call), float(per_byte)
+    """Robust `per_call + per_byte * nbytes` through the points, both clipped at 0.
+
+    Theil–Sen (slope: median of pairwise slopes; intercept: median residual): one point
+    spoiled by a noisy neighbour process cannot tilt the line, unlike least squares, which
+    once turned a 14 µs hand-off into a 300 µs per-call cost here.
+    """
+    xs = [float(n) for n, _ in points]
+    ys = [float(t) for _, t in points]
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i])
+              for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    per_byte = max(0.0, statistics.median(slopes)) if slopes else 0.0
+    per_call = statistics.median(y - per_byte * x for x, y in zip(xs, ys, strict=True))
+    return max(0.0, per_call), per_byte

@@ -215,6 +215,9 @@ def test_fit_recovers_line_and_clips():
     assert per_call == pytest.approx(5e-6, rel=1e-3)
     assert per_byte == pytest.approx(2e-10, rel=1e-3)
     assert fit([(1024, -1e-6), (4096, -2e-6)]) == (0.0, 0.0)
+    spoiled = [*points[:2], (points[2][0], 1e-3), points[3]]  # one noisy point
+    per_call, per_byte = fit(spoiled)
+    assert per_call < 2e-5 and per_byte == pytest.approx(2e-10, rel=0.5)
 
 
 def test_cli_measure_then_cache(tmp_path, capsys):
