@@ -32,12 +32,13 @@ SIZES = (256, 16_384, 262_144, 1_048_576)
 """f32 elements per experiment: 1 KiB, 64 KiB, 1 MiB, 4 MiB."""
 
 Point = tuple[int, float]
+METHOD = "paired-2"  # part of the key: a changed experiment must not reuse old numbers
 
 
 def transition_key(src: str, src_version: str, dst: str, dst_version: str,
                    host: str | None = None) -> str:
     host = host_fingerprint() if host is None else host
-    parts = [KEY_VERSION, "transition", src, src_version, dst, dst_version, host]
+    parts = [KEY_VERSION, "transition", METHOD, src, src_version, dst, dst_version, host]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
