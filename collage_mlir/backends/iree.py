@@ -32,6 +32,7 @@ DEFAULT_FLAGS = (
 )
 """Fast code on this host (all accepted by iree-base-compiler 3.13)."""
 DRIVER = "local-task"
+_OPSET = onnx_view.META_PREFIX + "opset_version"
 SMALL_CONSTANT = 16
 """Constant operands up to this many elements are part of an op signature (shapes, axes)."""
 
@@ -45,10 +46,11 @@ _support: dict[str, bool] = {}
 # -- op signatures and capability -------------------------------------------------------
 
 def op_signature(graph: DataflowGraph, node: Node) -> str:
-    """What decides whether a backend can take an op: type, attributes, operand and result
+    """What decides whether a backend can take an op: type, opset, attributes, operand and result
     ranks and element types (sizes other than 1 abstracted), and the values of small
     constant operands (Reshape targets, axes)."""
-    parts = [node.op_type, str(sorted((k, str(v)) for k, v in
+    opset = graph.func_op.attributes[_OPSET] if _OPSET in graph.func_op.attributes else None
+    parts = [node.op_type, f"opset={opset}", str(sorted((k, str(v)) for k, v in
                                       onnx_view.attributes(node.op).items()))]
     for src, value in zip(node.operands, node.op.operands, strict=True):
         if src is None:

@@ -1,0 +1,182 @@
+"""The three CPU backends: availability, capability bitsets, compile and run of regions."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx.parser
+import pytest
+from conftest import light_model_path
+
+from collage_mlir.backends.base import Backend, BackendKind
+from collage_mlir.backends.iree import IreeBackend, op_signature
+from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
+from collage_mlir.backends.openvino import OpenVinoBackend
+from collage_mlir.backends.registry import get_backend
+from collage_mlir.export import node_name
+from collage_mlir.graph.dataflow import DataflowGraph
+from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.importer import import_onnx
+
+BACKENDS: dict[str, type[Backend]] = {
+    "onnxruntime": OnnxRuntimeBackend, "openvino": OpenVinoBackend, "iree": IreeBackend}
+MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "iree": "iree.runtime"}
+
+
+def _backend(name: str) -> Backend:
+    reason = BACKENDS[name].unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return BACKENDS[name]()
+
+
+_alive: list[object] = []
+"""Modules whose graphs a test still uses (a DataflowGraph does not keep its module alive)."""
+
+
+def _graph_of(module) -> DataflowGraph:
+    _alive.append(module)
+    return DataflowGraph(module.body.operations[0])
+
+
+def _graph(text: str, opset: int = 17) -> DataflowGraph:
+    return _graph_of(import_onnx(onnx.parser.parse_model(
+        f'<ir_version: 8, opset_import: ["" : {opset}]>\n{text}')))
+
+
+SMALL = '''g (float[1,4,6] x) => (float[1,4,6] y) {
+  a = Relu(x)
+  s = Sigmoid(a)
+  m = MaxPool<kernel_shape=[3], pads=[1,1]>(s)
+  y = Add(a, m)
+}'''
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_backend_identity(name: str) -> None:
+    backend = _backend(name)
+    assert backend.name == name
+    assert backend.version
+    assert backend.kind is (BackendKind.COMPILER if name == "iree" else BackendKind.GRAPH)
+    assert "threads=1" in type(backend)(threads=1).cache_options()
+    assert type(get_backend(name)) is BACKENDS[name]  # found through the entry point
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_missing_package_is_reported(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, MODULES[name], None)  # makes `import` raise ImportError
+    reason = BACKENDS[name].unavailable_reason()
+    assert reason and "not installed" in reason
+    assert not BACKENDS[name].available()
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_region_with_two_outputs_runs_and_matches_numpy(name: str) -> None:
+    backend = _backend(name)
+    graph = _graph(SMALL)
+    relu, sig = (n for n in graph.op_nodes() if n.op_type in ("Relu", "Sigmoid"))
+    kernel = backend.compile(SubGraph(graph, 1 << relu.index | 1 << sig.index).extract("r"))
+    x = np.random.default_rng(0).standard_normal((1, 4, 6)).astype(np.float32)
+    for _ in range(3):  # repeated calls are safe and give the same answer
+        a, s = kernel.run([x])
+        np.testing.assert_allclose(a, np.maximum(x, 0), rtol=1e-6)
+        np.testing.assert_allclose(s, _sigmoid(np.maximum(x, 0)), rtol=1e-5)
+    a[...] = 7  # outputs belong to the caller: changing them changes nothing inside
+    x2 = -np.abs(x)  # a different input array is picked up
+    a2, _ = kernel.run([x2])
+    np.testing.assert_array_equal(a2, np.zeros_like(x2))
+    x2[...] = 1  # so is an in-place update of the same array
+    a3, _ = kernel.run([x2])
+    np.testing.assert_array_equal(a3, np.ones_like(x2))
+
+
+@pytest.mark.parametrize("name", ["onnxruntime", "openvino"])
+def test_whole_small_model_matches_onnxruntime_reference(name: str) -> None:
+    backend, ref = _backend(name), OnnxRuntimeBackend(optimize=False)
+    graph = _graph(SMALL)
+    module = SubGraph(graph, graph.op_bits).extract("all")
+    x = np.random.default_rng(1).standard_normal((1, 4, 6)).astype(np.float32)
+    (want,) = ref.compile(module).run([x])
+    (got,) = backend.compile(module).run([x])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_onnxruntime_takes_every_op_of_the_light_models(light_model: str) -> None:
+    backend = _backend("onnxruntime")
+    graph = _graph_of(import_onnx(light_model))
+    assert backend.capability(graph) == graph.op_bits
+
+
+def test_onnxruntime_rejects_an_op_it_has_no_kernel_for() -> None:
+    from collage_mlir.backends.onnxruntime import supports
+
+    _backend("onnxruntime")
+    assert supports("Relu", 17, "float")
+    assert not supports("Relu", 17, "string")
+    assert not supports("NoSuchOp", 17, "float")
+
+
+def test_openvino_capability_maps_query_model_back_to_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = _backend("openvino")
+    graph = _graph_of(import_onnx(light_model_path("squeezenet")))
+    bits = backend.capability(graph)
+    assert bits and not bits & ~graph.op_bits
+    assert bits == graph.op_bits  # OpenVINO runs every op of squeezenet
+    victim = next(n for n in graph.op_nodes() if n.op_type == "Conv")
+    real_query = type(backend.core).query_model
+
+    def query(core, model, device, config=None):  # pretend one Conv is not supported
+        answer = real_query(core, model, device, config or {})
+        return {k: v for k, v in answer.items()
+                if k.split("/", 1)[0] != node_name(victim.index)}
+
+    monkeypatch.setattr(type(backend.core), "query_model", query)
+    assert backend.capability(graph) == bits & ~(1 << victim.index)
+
+
+def test_iree_capability_agrees_with_real_compiles() -> None:
+    backend = _backend("iree")
+    singles, claimed = [], []
+    for opset in (9, 17):  # IREE lowers MaxPool only from opset 12 on
+        graph = _graph(SMALL.replace("kernel_shape=[3], pads=[1,1]", "kernel_shape=[1]"), opset)
+        bits = backend.capability(graph)
+        assert not bits & ~graph.op_bits
+        for node in graph.op_nodes():
+            singles.append(SubGraph(graph, 1 << node.index).extract(f"op{node.index}"))
+            claimed.append(bool((bits >> node.index) & 1))
+    compiled = [not isinstance(k, Exception) for k in backend.compile_many(singles)]
+    assert claimed == compiled
+    assert True in claimed and False in claimed
+
+
+def test_op_signature_abstracts_sizes_but_not_attributes() -> None:
+    a = _graph('g (float[1,4,6] x) => (float[1,4,6] y) { y = Relu(x) }')
+    b = _graph('g (float[1,8,9] x) => (float[1,8,9] y) { y = Relu(x) }')
+    c = _graph('g (float[1,4,6] x) => (float[1,4,6] y) { y = LeakyRelu<alpha=0.5>(x) }')
+    d = _graph('g (float[1,4,6] x) => (float[1,4,6] y) { y = LeakyRelu<alpha=0.25>(x) }')
+    sig = [op_signature(g, g.op_nodes()[0]) for g in (a, b, c, d)]
+    assert sig[0] == sig[1]
+    assert len({sig[0], sig[2], sig[3]}) == 3
+
+
+def test_iree_compile_many_isolates_a_bad_region() -> None:
+    backend = _backend("iree")
+    good = _graph(SMALL)
+    bad = _graph(SMALL, opset=9)  # MaxPool at opset 9: IREE's input conversion refuses it
+    pool = next(n for n in bad.op_nodes() if n.op_type == "MaxPool")
+    relu = next(n for n in good.op_nodes() if n.op_type == "Relu")
+    modules = [SubGraph(good, 1 << relu.index).extract("r0"),
+               SubGraph(bad, 1 << pool.index).extract("r1"),
+               SubGraph(good, good.op_bits).extract("r2")]
+    k0, k1, k2 = backend.compile_many(modules)
+    assert isinstance(k1, Exception) and "MaxPool" in str(k1)
+    x = np.random.default_rng(2).standard_normal((1, 4, 6)).astype(np.float32)
+    np.testing.assert_allclose(k0.run([x])[0], np.maximum(x, 0))
+    (want,) = OnnxRuntimeBackend().compile(modules[2]).run([x])
+    np.testing.assert_allclose(k2.run([x])[0], want, rtol=1e-5, atol=1e-6)
