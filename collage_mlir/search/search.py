@@ -76,13 +76,17 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     order = sorted(range(len(candidates)), key=lambda k: candidates[k].sort_key())
     cands = [candidates[k] for k in order]
     own = [_checked_cost(candidates[k], float(costs[k]), unknown) for k in order]
-    table = _transition_table(graph, cands, transition_cost)
-    edges = _prepare(graph, cands, own, table)
+    nbytes = _Sizes(graph)
+    table = _transition_table(graph, cands, transition_cost, nbytes)
+    edges = _prepare(graph, cands, own, table, nbytes)
     _check_coverable(graph, edges)
     path, total, states = _dijkstra(graph, edges, table)
     chosen = [cands[e.index] for e in path]
     ranks = execution_order(graph, chosen)
-    choices = tuple(_choice(cands, own, path[k].index) for k in ranks)
+    same_nodes: dict[int, list[int]] = {}
+    for k, c in enumerate(cands):
+        same_nodes.setdefault(c.inside, []).append(k)
+    choices = tuple(_choice(cands, own, path[k].index, same_nodes) for k in ranks)
     moved = total - math.fsum(c.cost for c in choices)
     return Partitioning(graph, choices, total, max(moved, 0.0), states)
 
@@ -101,13 +105,26 @@ def _checked_cost(cand: CandidatePartition, cost: float, unknown: str) -> float:
     return cost
 
 
+class _Sizes(dict):
+    """value -> bytes, computed once per value."""
+
+    def __init__(self, graph: DataflowGraph) -> None:
+        super().__init__()
+        self.graph = graph
+
+    def __missing__(self, value: Value) -> int:
+        self[value] = n = value_nbytes(self.graph, value)
+        return n
+
+
 def _transition_table(graph: DataflowGraph, cands: Sequence[CandidatePartition],
-                      transition: Transition | None) -> dict[tuple[str, str, int], float] | None:
+                      transition: Transition | None, nbytes: _Sizes
+                      ) -> dict[tuple[str, str, int], float] | None:
     """Every hand-off price the search can need, asked once; None when all are free."""
     if transition is None:
         return None
     backends = sorted({c.backend for c in cands} | {HOST})
-    sizes = {value_nbytes(graph, v) for c in cands
+    sizes = {nbytes[v] for c in cands
              for v in c.sub_graph.input_values + c.sub_graph.output_values}
     table = {}
     for src in backends:
@@ -135,7 +152,7 @@ def _consumers(graph: DataflowGraph) -> dict[Value, int]:
 
 
 def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition], own: Sequence[float],
-             table: dict[tuple[str, str, int], float] | None) -> list[_Edge]:
+             table: dict[tuple[str, str, int], float] | None, sizes: _Sizes) -> list[_Edge]:
     consumers = _consumers(graph)
     returned = set(graph.outputs)
     edges = []
@@ -147,13 +164,13 @@ def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition], own: Seq
             raise CollageError(f"candidate {cand} is not convex")
         cost, inputs, outputs = own[k], [], []
         for v in sub.input_values:
-            nbytes = value_nbytes(graph, v)
+            nbytes = sizes[v]
             if graph.nodes[v[0]].kind is NodeKind.ARG:
                 cost += _price(table, HOST, cand.backend, nbytes)
             else:
                 inputs.append((v, nbytes, consumers[v]))
         for v in sub.output_values:
-            nbytes = value_nbytes(graph, v)
+            nbytes = sizes[v]
             if v in returned:
                 cost += _price(table, cand.backend, HOST, nbytes)
             outside = consumers.get(v, 0) & ~sub.inside
@@ -301,11 +318,12 @@ def _path(parent: dict[_Key, tuple[_Key, _Edge]], key: _Key) -> list[_Edge]:
     return out[::-1]
 
 
-def _choice(cands: Sequence[CandidatePartition], own: Sequence[float], k: int) -> Choice:
+def _choice(cands: Sequence[CandidatePartition], own: Sequence[float], k: int,
+            same_nodes: dict[int, list[int]]) -> Choice:
     """The chosen candidate and the cheapest finite one on another backend, same nodes."""
     cand = cands[k]
-    rivals = [(own[j], j) for j, c in enumerate(cands)
-              if c.inside == cand.inside and c.backend != cand.backend and math.isfinite(own[j])]
+    rivals = [(own[j], j) for j in same_nodes[cand.inside]
+              if cands[j].backend != cand.backend and math.isfinite(own[j])]
     if not rivals:
         return Choice(cand, own[k])
     cost, j = min(rivals)

@@ -1,0 +1,111 @@
+"""collage-search (RFC phase 3): choose the least-cost cover of each public function.
+
+    collage-search{cost=table:costs.json}             costs from a JSON table (lit tests)
+    collage-search{cost=measure cache=run.sqlite}     measure on the real backends (cached)
+
+Reads the `collage.candidates` that collage-annotate wrote, costs every candidate, runs the
+search and records the decision as attributes only: `collage.region` (i64, the region's
+index in execution order) and `collage.backend` (string) on every op node, and on the
+function `collage.estimated_cost` (f64 seconds, hand-offs included) and
+`collage.region_costs` (f64 per region, for collage-outline). The IR is otherwise unchanged.
+`unknown=invalid` skips candidates the estimator could not cost (NaN) instead of failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.dialects import collage
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph
+from collage_mlir.passes.common import function_name, functions
+from collage_mlir.passes.registry import CollagePass, register
+from collage_mlir.search import Partitioning, search
+
+REGION_COSTS = "collage.region_costs"
+"""f64 array on the function: estimated seconds of each region, by region index."""
+
+UNKNOWN_POLICIES = ("raise", "invalid")
+
+
+@register
+@dataclass(frozen=True)
+class SearchPass(CollagePass):
+    name = "collage-search"
+    summary = "pick the least-cost cover from collage.candidates (cost=measure|table:FILE)"
+
+    cost: str = "measure"
+    cache: str = ""
+    backends: tuple[str, ...] = ()
+    unknown: str = "raise"
+
+    def run_on_module(self, module: ir.Operation) -> None:
+        if self.unknown not in UNKNOWN_POLICIES:
+            raise CollageError(f"collage-search: unknown={self.unknown}: expected one of "
+                               f"{', '.join(UNKNOWN_POLICIES)}")
+        work = [(fn, read_candidates(fn)) for fn in functions(module)]
+        named = sorted({c.backend for _, (_, cands) in work for c in cands})
+        estimator = self.estimator(list(self.backends) or named)
+        try:
+            for fn, (graph, cands) in work:
+                costs = estimator.estimate(cands)
+                result = search(graph, cands, costs, estimator.transition_cost, self.unknown)
+                write_partitioning(fn, result)
+        finally:
+            close = getattr(estimator, "close", None)
+            if close is not None:
+                close()
+
+    def estimator(self, backends: list[str]) -> CostEstimator:
+        """The CostEstimator named by the `cost` option."""
+        if self.cost.startswith("table:"):
+            from collage_mlir.cost.table import TableEstimator
+
+            return TableEstimator.from_json(self.cost[len("table:"):])
+        if self.cost == "measure":
+            from collage_mlir.cost.measure import MeasuringEstimator
+
+            return MeasuringEstimator(backends, cache_path=self.cache or None)
+        raise CollageError(f"collage-search: cost={self.cost}: expected 'measure' or "
+                           "'table:FILE'")
+
+
+def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
+    """The function's graph and the candidates collage-annotate recorded on it."""
+    from collage_mlir.rules.serialize import candidates_from_attr
+
+    if collage.CANDIDATES not in fn.attributes:
+        raise CollageError(f"@{function_name(fn)} has no {collage.CANDIDATES}; run "
+                           "collage-annotate first")
+    graph = DataflowGraph(fn)
+    try:
+        return graph, candidates_from_attr(graph, fn.attributes[collage.CANDIDATES])
+    except CollageError as e:
+        raise CollageError(f"@{function_name(fn)}: {e}") from None
+
+
+def search_function(func_op: ir.Operation, estimator: CostEstimator,
+                    unknown: str = "raise") -> Partitioning:
+    """Python API: cost the annotated candidates of `func_op` and search (IR unchanged)."""
+    graph, cands = read_candidates(func_op.operation)
+    return search(graph, cands, estimator.estimate(cands), estimator.transition_cost, unknown)
+
+
+def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:
+    """Stamp the decision on the ops and the function (attributes only)."""
+    graph = result.graph
+    with fn.context:
+        i64 = ir.IntegerType.get_signless(64)
+        for k, choice in enumerate(result.choices):
+            region = ir.IntegerAttr.get(i64, k)
+            backend = ir.StringAttr.get(choice.candidate.backend)
+            for i in choice.candidate.sub_graph.nodes:
+                attrs = graph.nodes[i].op.attributes
+                attrs[collage.REGION] = region
+                attrs[collage.BACKEND] = backend
+        fn.attributes[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(result.total_cost)
+        fn.attributes[REGION_COSTS] = ir.ArrayAttr.get(
+            [ir.FloatAttr.get_f64(c.cost) for c in result.choices])
