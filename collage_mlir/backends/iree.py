@@ -38,6 +38,7 @@ SMALL_CONSTANT = 16
 
 _FUNC = re.compile(r"func\.func @([\w$.-]+)")
 _ERROR_LINE = re.compile(r"<stdin>:(\d+):\d+: error:")
+_OP_NAME = re.compile(r'name = "(onnx\.\w+)"')
 _DIMS = re.compile(r"\[([-?\d,]*)\]")
 _support: dict[str, bool] = {}
 """op signature → can IREE's input conversion take it (per process)."""
@@ -283,4 +284,9 @@ class IreeBackend(Backend):
 def _short(error: Exception) -> Exception:
     """iree-compile errors carry pages of text; keep the first diagnostic line."""
     lines = [ln for ln in str(error).splitlines() if "error:" in ln]
-    return RuntimeError(f"iree-compile failed: {lines[0].strip() if lines else error}")
+    if not lines:
+        return RuntimeError(f"iree-compile failed: {error}")
+    op = _OP_NAME.search(lines[0])
+    if op and "failed to legalize" in lines[0]:
+        return RuntimeError(f"iree-compile cannot lower {op.group(1)} ({lines[0].split(': error')[0]})")
+    return RuntimeError(f"iree-compile failed: {lines[0].strip()}")
