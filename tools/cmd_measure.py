@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise CollageError("no usable backend among: " + ", ".join(targets))
     backends = list(est.backends)
     with est:
-        _, fn = load_function(args.model)
+        module, fn = load_function(args.model)  # the module must outlive the graph
         graph = DataflowGraph(fn)
         caps = {b: est.capability(graph, b) for b in backends}
         candidates = [CandidatePartition(SubGraph(graph, 1 << n.index), b, "single-op")
@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         _print_invalid(est, candidates, costs)
         if args.transitions:
             _print_transitions(est, backends)
+    del graph, module
     return 0
 
 

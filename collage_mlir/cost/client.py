@@ -210,8 +210,11 @@ class WorkerClient:
         """Run one command; returns the items still to do if the worker died."""
         by_id = {i.id: i for i in chunk}
         done: set[str] = set()
-        self._send(cmd="measure", batch=batch, items=[{"id": i.id, "text": i.text}
-                                                      for i in chunk])
+        try:
+            self._send(cmd="measure", batch=batch,
+                       items=[{"id": i.id, "text": i.text} for i in chunk])
+        except OSError:  # it died since we last looked: the read below reports the death
+            pass
         phase, current = "starting", None
         timeout = self.config.timeout_s * (len(chunk) if batch else 1)
         while True:
@@ -251,7 +254,11 @@ class WorkerClient:
         """Run the hand-off experiment with this worker's backend as the source."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        self._send(cmd="transition", dst=dst)
+        try:
+            self._send(cmd="transition", dst=dst)
+        except OSError as e:
+            self.stop()
+            raise WorkerError(f"worker died before the transition experiment: {e}") from None
         self._last_timeout = timeout_s
         msg = self._next(timeout_s)
         if msg is None:
