@@ -43,12 +43,11 @@ class SearchPass(CollagePass):
     unknown: str = "raise"
 
     def run_on_module(self, module: ir.Operation) -> None:
-        if self.unknown not in UNKNOWN_POLICIES:
-            raise CollageError(f"collage-search: unknown={self.unknown}: expected one of "
-                               f"{', '.join(UNKNOWN_POLICIES)}")
+        estimator = self.table_estimator()  # options and tables fail before any IR is read
         work = [(fn, read_candidates(fn)) for fn in functions(module)]
-        named = sorted({c.backend for _, (_, cands) in work for c in cands})
-        estimator = self.estimator(list(self.backends) or named)
+        if estimator is None:
+            named = sorted({c.backend for _, (_, cands) in work for c in cands})
+            estimator = self.measuring_estimator(list(self.backends) or named)
         try:
             for fn, (graph, cands) in work:
                 costs = estimator.estimate(cands)
@@ -59,18 +58,24 @@ class SearchPass(CollagePass):
             if close is not None:
                 close()
 
-    def estimator(self, backends: list[str]) -> CostEstimator:
-        """The CostEstimator named by the `cost` option."""
+    def table_estimator(self) -> CostEstimator | None:
+        """The TableEstimator of `cost=table:FILE`, None for `cost=measure`; checks options."""
+        if self.unknown not in UNKNOWN_POLICIES:
+            raise CollageError(f"collage-search: unknown={self.unknown}: expected one of "
+                               f"{', '.join(UNKNOWN_POLICIES)}")
         if self.cost.startswith("table:"):
             from collage_mlir.cost.table import TableEstimator
 
             return TableEstimator.from_json(self.cost[len("table:"):])
         if self.cost == "measure":
-            from collage_mlir.cost.measure import MeasuringEstimator
-
-            return MeasuringEstimator(backends, cache_path=self.cache or None)
+            return None
         raise CollageError(f"collage-search: cost={self.cost}: expected 'measure' or "
                            "'table:FILE'")
+
+    def measuring_estimator(self, backends: list[str]) -> CostEstimator:
+        from collage_mlir.cost.measure import MeasuringEstimator
+
+        return MeasuringEstimator(backends, cache_path=self.cache or None)
 
 
 def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
