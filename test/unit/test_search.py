@@ -228,3 +228,50 @@ def test_consumer_placed_before_its_producer_is_charged_once():
     total, moved = evaluate(graph, result.candidates, [c.cost for c in result.choices],
                             transition)
     assert (result.total_cost, result.transition_cost) == (total, moved) == (1.25, 0.25)
+
+
+def annotated(preds: list[list[int]], entries: list[tuple[str, list[int]]]) -> str:
+    """dag_text with a hand-written collage.candidates attribute."""
+    attr = ", ".join(f'{{backend = "{b}", nodes = array<i64: {", ".join(map(str, n))}>, '
+                     f'rule = "op"}}' for b, n in entries)
+    return dag_text(preds).replace("attributes {", f"attributes {{collage.candidates = [{attr}], ")
+
+
+def test_pass_only_adds_the_decision_attributes(tmp_path):
+    from collage_mlir.passes.pipeline import Pipeline
+
+    table = tmp_path / "t.json"
+    table.write_text('{"per_op": {"a": {"*": 1.0}, "b": {"Add": 0.5, "Neg": 2.0}}}')
+    text = annotated([[], [0, 0]], [("a", [1]), ("b", [1]), ("a", [2]), ("b", [2]),
+                                    ("a", [1, 2])])
+    module = parse_mlir(text)
+    before = str(module)
+    Pipeline(f"builtin.module(collage-search{{cost=table:{table}}})").run(module)
+    fn = module.body.operations[0]
+    assert ir_float(fn, "collage.estimated_cost") == 1.5
+    ops = list(fn.regions[0].blocks[0].operations)[:-1]
+    assert [str(op.attributes["collage.backend"]) for op in ops] == ['"a"', '"b"']
+    assert [str(op.attributes["collage.region"]) for op in ops] == ["0 : i64", "1 : i64"]
+    for key in ("collage.estimated_cost", "collage.region_costs"):
+        del fn.attributes[key]
+    for op in ops:
+        del op.attributes["collage.backend"]
+        del op.attributes["collage.region"]
+    assert str(module) == before
+
+
+def ir_float(op, key: str) -> float:
+    from iree.compiler import ir
+
+    return ir.FloatAttr(op.attributes[key]).value
+
+
+def test_search_function_api_costs_the_annotated_candidates():
+    from collage_mlir.cost.table import TableEstimator
+    from collage_mlir.passes.search import search_function
+
+    module = parse_mlir(annotated([[], [0]], [("a", [1]), ("a", [2]), ("b", [1, 2])]))
+    table = TableEstimator.from_dict({"per_op": {"a": {"*": 1.0}, "b": {"*": 0.75}}})
+    result = search_function(module.body.operations[0], table)
+    assert [c.candidate.backend for c in result.choices] == ["b"]
+    assert result.total_cost == 1.5 and "b" in result.summary()
