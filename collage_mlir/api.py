@@ -103,17 +103,22 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         from collage_mlir.placement import Placement
 
         candidates = Placement.from_json(placement).filter(graph, candidates)
+    own = estimator is None
     estimator = estimator or make_estimator(cost, names, cache)
     bar = _progress_bar("measuring") if progress else None
-    costs = estimator.estimate(candidates, progress=bar)
-    if bar:
-        bar(len(candidates), len(candidates), final=True)
-    partitioning = search(graph, candidates, costs, estimator.transition_cost)
+    try:
+        costs = estimator.estimate(candidates, progress=bar)
+        if bar:
+            bar(len(candidates), len(candidates), final=True)
+        partitioning = search(graph, candidates, costs, estimator.transition_cost)
+    finally:
+        if own and hasattr(estimator, "close"):
+            estimator.close()
     rows = report_rows(graph, partitioning, fn)
     from collage_mlir.passes.outline import outline_function
-    from collage_mlir.passes.search import stamp_partitioning
+    from collage_mlir.passes.search import write_partitioning
 
-    stamp_partitioning(fn, partitioning)
+    write_partitioning(fn, partitioning)
     outline_function(fn)
     result = PartitionedModel.from_module(module, report_rows=rows,
                                           estimated_cost=partitioning.total_cost)
