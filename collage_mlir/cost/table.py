@@ -11,16 +11,17 @@ Format (every key optional; seconds everywhere; a cost is a number >= 0 or the s
       ],
       "per_op":          {"iree": {"Relu": 1.0, "*": 2.0}},  // "*": every other op type
       "per_call":        {"iree": 0.1},      // added once per region (call overhead)
-      "fusion_discount": {"iree": 0.5},      // op sum of an n-op region times d**(n-1)
+      "fusion_discount": {"iree": 0.5},      // fused ops but the dearest cost d times theirs
       "default": null,                       // no match at all: null = unknown (NaN)
       "transition": {"per_call": 0.1, "per_byte": 1e-9, "host": false,
                      "pairs": {"iree->ort": {"per_call": 0.2, "per_byte": 0.0}}}
     }
 
 A `regions` entry matches when every key it gives matches (`backend` "*" or absent: any).
-Otherwise a backend listed in `per_op` costs `per_call + discount**(n-1) * sum(op costs)`,
-where an op type with no entry and no "*" makes the candidate invalid (+inf): the backend
-cannot run it. A backend in no table gets `default`.
+Otherwise a backend listed in `per_op` costs `per_call + max + d * (sum - max)` over its
+ops' costs: the dearest op at full price, every other op at `d` (default 1) times its own,
+so fusing pays linearly in region size. An op type with no entry and no "*" makes the
+candidate invalid (+inf): the backend cannot run it. A backend in no table gets `default`.
 Transitions: 0 on the same backend; hand-offs with the caller ("host") are free unless
 `"host": true`; else the `pairs` entry "src->dst" or the global line `per_call + per_byte*n`.
 """
@@ -143,9 +144,11 @@ class TableEstimator(CostEstimator):
         ops = [sub.graph.nodes[i].op_type for i in sub.nodes]
         if any(op not in table and "*" not in table for op in ops):
             return math.inf
-        total = math.fsum(table.get(op, table.get("*", math.inf)) for op in ops)
-        discount = self.fusion_discount.get(c.backend, 1.0) ** (len(ops) - 1)
-        return self.per_call.get(c.backend, 0.0) + discount * total
+        each = [table.get(op, table.get("*", math.inf)) for op in ops]
+        dearest = max(each)
+        rest = math.fsum(each) - dearest
+        return self.per_call.get(c.backend, 0.0) + dearest + self.fusion_discount.get(
+            c.backend, 1.0) * rest
 
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
         if src_backend == dst_backend:

@@ -35,9 +35,10 @@ def test_per_op_sum_with_call_overhead_and_fusion_discount(graph):
         "per_call": {"iree": 0.5},
         "fusion_discount": {"iree": 0.5},
     })
+    # The dearest op at full price, the others at half theirs.
     assert t.estimate([cand(graph, [1]), cand(graph, [2]), cand(graph, [1, 2]),
-                       cand(graph, [1, 2, 3])]) == [1.5, 2.5, 0.5 + 3.0 * 0.5,
-                                                    0.5 + 5.0 * 0.25]
+                       cand(graph, [1, 2, 3])]) == [1.5, 2.5, 0.5 + 2.0 + 0.5 * 1.0,
+                                                    0.5 + 2.0 + 0.5 * 3.0]
 
 
 def test_op_without_entry_is_invalid_and_unknown_backend_gets_default(graph):

@@ -3,11 +3,11 @@
 
 // A diamond: Relu (1) feeds Abs (2) and Neg (3), which meet in Add (4). Candidates: every
 // op alone on both backends (0.5 each on onnxruntime), and the whole diamond on iree, whose
-// four ops cost 4 * d**3 with fusion discount d. d = 0.25: 0.0625, one iree region.
-// d = 0.9: 2.916 > 4 * 0.5, four onnxruntime regions in execution order.
+// four ops cost 1 + 3 * d with fusion discount d. d = 0.25: 1.75 < 4 * 0.5, one iree
+// region. d = 0.9: 3.7, so four onnxruntime regions in execution order.
 
 // WHOLE-LABEL: func.func @diamond(
-// WHOLE-SAME:    collage.estimated_cost = 6.250000e-02 : f64
+// WHOLE-SAME:    collage.estimated_cost = 1.750000e+00 : f64
 // WHOLE-COUNT-4: {collage.backend = "iree", collage.region = 0 : i64}
 // WHOLE-NEXT:    return
 
