@@ -13,7 +13,9 @@ Arguments and returned values cost a host hand-off with the candidate itself. Si
 charges depend on the backends around the covered set, a state is identified by the covered
 set plus, for each value still "live" (touching covered and uncovered nodes), the backend of
 its covered producer or the backends of its covered consumer regions. Without transitions
-(all zero) that part is empty and states are just covered sets, as in the RFC.
+(all zero) that part is empty and states are just covered sets, as in the RFC. With them,
+parallel branches multiply states, so a state is dropped when another with the same covered
+set is cheaper by more than its live values could ever win back (`_Bound`); still exact.
 
 Acyclicity. Two convex regions can still depend on each other. A cycle through a new region
 C exists iff C reaches itself in the quotient graph. Through uncovered nodes and through
@@ -80,7 +82,8 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     table = _transition_table(graph, cands, transition_cost, nbytes)
     edges = _prepare(graph, cands, own, table, nbytes)
     _check_coverable(graph, edges)
-    path, total, states = _dijkstra(graph, edges, table)
+    bound = _Bound(graph, table, nbytes) if table is not None else None
+    path, total, states = _dijkstra(graph, edges, table, bound)
     chosen = [cands[e.index] for e in path]
     ranks = execution_order(graph, chosen)
     same_nodes: dict[int, list[int]] = {}
@@ -221,7 +224,7 @@ _Key = tuple[int, tuple, tuple[int, ...]]
 
 
 def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
-              table: dict[tuple[str, str, int], float] | None
+              table: dict[tuple[str, str, int], float] | None, bound: _Bound | None
               ) -> tuple[list[_Edge], float, int]:
     by_first: dict[int, list[_Edge]] = {}
     for e in edges:  # edges are in sort_key order, so each list is too
@@ -231,12 +234,18 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
     best: dict[_Key, float] = {start: 0.0}
     parent: dict[_Key, tuple[_Key, _Edge]] = {}
     heap: list[tuple[float, int, _Key]] = [(0.0, 0, start)]
+    # Per (covered, merging): the cheapest state so far. Another state with the same nodes
+    # placed is dropped once it costs at least that much plus the most its live values'
+    # backends could still save it (`_Bound`): the cheapest one can copy its future.
+    group_best: dict[tuple[int, tuple[int, ...]], tuple[float, _Key]] = {}
     seq, expanded, stuck = 1, 0, -1
     while heap:
         cost, _, key = heapq.heappop(heap)
         if cost > best[key]:
             continue
         covered, live_items, merging = key
+        if bound is not None and bound.dominated(group_best, key, cost):
+            continue
         if covered == graph.op_bits:
             return _path(parent, key), cost, expanded
         expanded += 1
@@ -258,6 +267,8 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
             new_key = (new_covered, new_live, new_merging)
             new_cost = cost + step
             progressed = True
+            if bound is not None and bound.dominated(group_best, new_key, new_cost):
+                continue
             if new_cost < best.get(new_key, math.inf):
                 best[new_key] = new_cost
                 parent[new_key] = (key, e)
@@ -267,6 +278,40 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
             stuck = max(stuck, n)
     raise CollageError(f"no exact acyclic cover: node {stuck} ({graph.nodes[stuck].op_type}) "
                        "cannot be covered without overlapping regions or a cycle")
+
+
+class _Bound:
+    """How much two states with the same covered set can differ in future hand-offs.
+
+    A live value whose producer is placed can still be charged once per uncovered consumer;
+    one whose producer is not placed, once per consumer region already placed; each charge
+    at most the dearest hand-off of its size. The live values depend on the covered set only.
+    """
+
+    def __init__(self, graph: DataflowGraph, table: dict[tuple[str, str, int], float],
+                 sizes: _Sizes) -> None:
+        self.consumers = _consumers(graph)
+        self.sizes = sizes
+        self.dearest: dict[int, float] = {}
+        for (_, _, n), t in table.items():
+            self.dearest[n] = max(self.dearest.get(n, 0.0), t)
+
+    def __call__(self, covered: int, live_items: tuple) -> float:
+        total = 0.0
+        for v, (kind, info) in live_items:
+            count = ((self.consumers[v] & ~covered).bit_count() if kind == "p" else len(info))
+            total += count * self.dearest[self.sizes[v]]
+        return total
+
+    def dominated(self, group_best: dict, key: _Key, cost: float) -> bool:
+        """True when another state of the same group makes `key` useless; else record it."""
+        covered, live_items, merging = key
+        group = (covered, merging)
+        best = group_best.get(group)
+        if best is None or cost < best[0]:
+            group_best[group] = (cost, key)
+            return False
+        return best[1] != key and cost >= best[0] + self(covered, live_items)
 
 
 def _closes_cycle(e: _Edge, merging: tuple[int, ...], merging_of: dict[int, _Edge]) -> bool:
