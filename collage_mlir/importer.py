@@ -65,14 +65,38 @@ def infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
         raise CollageError(f"{label}: shape inference failed: {first}") from None
 
 
-def import_onnx(model: ModelLike, context: ir.Context | None = None) -> ir.Module:
+MIN_OPSET = 17
+"""Older models are upgraded to this opset on import: IREE's ONNX input conversion only knows
+the modern forms of many ops (opset-9 MaxPool, BatchNormalization, Add ... are refused),
+while onnxruntime and openvino take either. The converter preserves semantics."""
+
+
+def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """`proto` converted to opset `target` when it is older; unchanged when that fails."""
+    current = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                  default=target)
+    if current >= target:
+        return proto
+    try:
+        from onnx import version_converter
+
+        return version_converter.convert_version(proto, target)
+    except Exception:  # an op without an adapter: keep the model as written
+        return proto
+
+
+def import_onnx(model: ModelLike, context: ir.Context | None = None,
+                min_opset: int | None = MIN_OPSET) -> ir.Module:
     """Import an ONNX model (path or ModelProto) as an MLIR module with one `func.func`.
 
     The function carries the ONNX input and output names as `collage.input_names` /
-    `collage.output_names`, and the model's opset as `torch.onnx_meta.opset_version`.
+    `collage.output_names`, and the opset as `torch.onnx_meta.opset_version` (models older
+    than `min_opset` are upgraded first; None keeps the model's own opset).
     """
     proto, label = load_model(model)
     check_model(proto, label)
+    if min_opset is not None:
+        proto = upgrade_opset(proto, min_opset)
     proto = infer_shapes(proto, label)
     context = context or make_context()
     try:

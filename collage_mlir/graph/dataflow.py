@@ -101,11 +101,12 @@ class DataflowGraph:
 
     def _add_op(self, op: ir.Operation, where: dict[ir.Value, tuple[int, int]]) -> None:
         index = len(self.nodes)
-        operands = [where[v] for v in op.operands]
+        sources = [where[v] for v in op.operands]
         operands = [None if self.nodes[p].op_type == onnx_view.NONE else (p, r)
-                    for p, r in operands]
+                    for p, r in sources]
         op_type = onnx_view.op_type(op) or op.name
-        producers = [self.nodes[p] for p, _ in filter(None, operands)]
+        # the `none` placeholder is a producer too: regions must clone it like a constant
+        producers = [self.nodes[p] for p, _ in sources]
         constant = op.name == onnx_view.NONE or (
             op_type not in NONDETERMINISTIC_OPS
             and all(p.kind is NodeKind.CONST for p in producers))

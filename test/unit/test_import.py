@@ -12,13 +12,14 @@ import pytest
 import collage_mlir
 from collage_mlir import CollageError
 from collage_mlir.graph import DataflowGraph
+from collage_mlir.importer import MIN_OPSET, upgrade_opset
 
 
 def test_light_model_imports(light_model):
     module = collage_mlir.import_onnx(light_model)
     assert module.operation.verify()
     graph = DataflowGraph(module.body.operations[0])
-    original = onnx.load(light_model)
+    original = upgrade_opset(onnx.load(light_model), MIN_OPSET)  # what import_onnx reads
     # every ONNX node that depends on a graph input is an op node; the rest (weights made by
     # ConstantOfShape, Unsqueeze of those) fold to constants
     const = {i.name for i in original.graph.initializer}
@@ -85,3 +86,11 @@ def test_cli_import_writes_mlir(tmp_path):
     assert 'torch.operator "onnx.Conv"' in text and "dialect_resources" in text
     reparsed = collage_mlir.parse_mlir(text)
     assert reparsed.operation.verify()
+
+
+def test_old_opset_is_upgraded_and_can_be_kept(light_model):
+    upgraded = collage_mlir.import_onnx(light_model)
+    kept = collage_mlir.import_onnx(light_model, min_opset=None)
+    opset = "torch.onnx_meta.opset_version"
+    assert upgraded.body.operations[0].attributes[opset].value == MIN_OPSET
+    assert kept.body.operations[0].attributes[opset].value == 9
