@@ -1,0 +1,126 @@
+"""The whole pipeline end to end: annotate → search → outline → compile → run.
+
+Costs come from a table (a test double for the measuring estimator) so that the partition
+is mixed on purpose and the tests stay quick; the backends, exporter, outlining and runtime
+are the real ones. One test measures for real on the smallest model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import LIGHT_MODELS, light_model_path
+
+import collage_mlir
+from collage_mlir.backends.registry import available_backends
+from collage_mlir.runtime.compare import max_abs_diff, random_inputs, whole_model_runner
+
+GRAPH_BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
+needs_two = pytest.mark.skipif(len(GRAPH_BACKENDS) < 2, reason="needs onnxruntime and openvino")
+
+
+@pytest.fixture(scope="module")
+def mixing_table(tmp_path_factory) -> str:
+    """Conv and pooling cheaper on openvino, everything else cheaper on onnxruntime, and a
+    small per-call price so that fewer, larger regions win among equals."""
+    table = {
+        "per_op": {"onnxruntime": {"Conv": 3.0, "MaxPool": 2.0, "*": 1.0},
+                   "openvino": {"Conv": 1.0, "MaxPool": 1.0, "*": 2.0},
+                   "iree": {"*": 1.5}},
+        "per_call": {"onnxruntime": 0.05, "openvino": 0.05, "iree": 0.05},
+        "transition": {"per_call": 0.05, "per_byte": 0.0},
+    }
+    path = tmp_path_factory.mktemp("costs") / "mixing.json"
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def check_against_onnxruntime(model: collage_mlir.PartitionedModel, path: str) -> None:
+    original = collage_mlir.import_onnx(path)
+    inputs = random_inputs(original, seed=3)
+    reference = whole_model_runner(original, "onnxruntime")(inputs)
+    got = model.run(inputs)
+    scale = max(float(np.max(np.abs(r))) for r in reference)
+    assert max_abs_diff(got, reference) <= 1e-4 * max(scale, 1.0)
+
+
+@needs_two
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_mixed_partition_matches_onnxruntime(name, mixing_table):
+    path = light_model_path(name)
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cost=f"table:{mixing_table}",
+                                 max_depth=2)
+    used = {s.backend for s in model.plan.steps}
+    assert used == set(GRAPH_BACKENDS), f"expected a mix, got {used}"
+    check_against_onnxruntime(model, path)
+
+
+@pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
+def test_three_backends_on_squeezenet(mixing_table):
+    path = light_model_path("squeezenet")
+    table = json.loads(open(mixing_table).read())
+    table["per_op"]["iree"] = {"Relu": 0.1, "Concat": 0.1, "*": 5.0}
+    costs = mixing_table.replace("mixing.json", "three.json")
+    with open(costs, "w") as f:
+        json.dump(table, f)
+    model = collage_mlir.compile(path, backends=["onnxruntime", "openvino", "iree"],
+                                 cost=f"table:{costs}", max_depth=2)
+    assert {s.backend for s in model.plan.steps} == {"onnxruntime", "openvino", "iree"}
+    check_against_onnxruntime(model, path)
+
+
+def test_single_backend_is_one_region(mixing_table):
+    path = light_model_path("squeezenet")
+    model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
+    # with a per-call price, the whole function as one region is cheapest
+    assert len(model.plan.steps) == 1
+    check_against_onnxruntime(model, path)
+
+
+@needs_two
+def test_cli_partition_then_run(tmp_path, mixing_table):
+    out = tmp_path / "out"
+    cli = [sys.executable, "-m", "collage_mlir.tools.cli"]
+    proc = subprocess.run(cli + ["partition", light_model_path("bvlc_alexnet"), "--backends",
+                                 ",".join(GRAPH_BACKENDS), "--cost", f"table:{mixing_table}",
+                                 "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "runner-up" in proc.stdout and "estimated total" in proc.stdout
+    assert (out / "model.mlir").exists() and (out / "manifest.json").exists()
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 3, 224, 224), np.float32))
+    proc = subprocess.run(cli + ["run", str(out), "--inputs", str(x)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "shape=[1, 1000]" in proc.stdout
+    bad = subprocess.run(cli + ["run", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+@needs_two
+def test_placement_is_respected(tmp_path, mixing_table):
+    placement = tmp_path / "placement.json"
+    placement.write_text(json.dumps({"placement": [
+        {"pattern": {"match": {"node_type": "Conv"}, "rewrite": {"backend": "onnxruntime"}}}]}))
+    model = collage_mlir.compile(light_model_path("bvlc_alexnet"), backends=GRAPH_BACKENDS,
+                                 cost=f"table:{mixing_table}", placement=str(placement))
+    for choice in model.partitioning.choices:
+        types = {model.partitioning.graph.nodes[i].op_type
+                 for i in choice.candidate.sub_graph.nodes}
+        if "Conv" in types:
+            assert choice.candidate.backend == "onnxruntime"
+
+
+@needs_two
+def test_measured_partition_of_alexnet(tmp_path):
+    """Real measurements (worker processes, SQLite cache); the second compile is all hits."""
+    path = light_model_path("bvlc_alexnet")
+    cache = tmp_path / "cache.sqlite"
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1)
+    check_against_onnxruntime(model, path)
+    again = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1)
+    assert [s.backend for s in again.plan.steps] == [s.backend for s in model.plan.steps]
