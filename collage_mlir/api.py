@@ -77,7 +77,7 @@ def make_estimator(cost: str, backends: list[str], cache: str | os.PathLike | No
         from collage_mlir.cost.table import TableEstimator
 
         return TableEstimator.from_json(cost[len("table:"):])
-    raise CollageError(f"cost '{cost}': expected 'measure' or 'table:FILE'")
+    raise CollageError(f"cost={cost}: expected 'measure' or 'table:FILE'")
 
 
 def compile(model: ModelInput, backends: Sequence[str] | None = None,

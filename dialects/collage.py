@@ -10,7 +10,9 @@ NODE = "collage.node"
 """i64 on each op: its post-dfs index in the DataflowGraph of its function (annotate)."""
 
 CANDIDATES = "collage.candidates"
-"""On the function: array of dicts {backend, rule, nodes} — every CandidatePartition (annotate)."""
+"""On the function: array of dicts {backend, rule, nodes} — every CandidatePartition (annotate).
+Entries with rule "maximal" are a backend's largest supported convex regions; they are exempt
+from the max-depth / max-exits limits so that "everything on one backend" stays searchable."""
 
 BACKEND = "collage.backend"
 """String on each op (search) and on each outlined function (outline): who runs it."""
@@ -21,8 +23,13 @@ REGION = "collage.region"
 ESTIMATED_COST = "collage.estimated_cost"
 """f64 seconds: on the function (total, search) and on each outlined function (outline)."""
 
+REGION_COSTS = "collage.region_costs"
+"""f64 array on the function (search): estimated seconds of each region, by region index;
+collage-outline moves each onto its outlined function as `collage.estimated_cost`."""
+
 INPUT_NAMES = "collage.input_names"
 OUTPUT_NAMES = "collage.output_names"
 """String arrays on an imported function: the ONNX graph's input / output names, for the API."""
 
-ALL = (NODE, CANDIDATES, BACKEND, REGION, ESTIMATED_COST, INPUT_NAMES, OUTPUT_NAMES)
+ALL = (NODE, CANDIDATES, BACKEND, REGION, ESTIMATED_COST, REGION_COSTS, INPUT_NAMES,
+       OUTPUT_NAMES)

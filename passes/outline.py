@@ -64,20 +64,16 @@ def outline_function(fn: ir.Operation) -> list[ir.Operation]:
         calls = outline(graph, regions)
     except ValueError as e:
         raise CollageError(f"@{name}: cannot outline: {e}") from None
-    for key in (collage.CANDIDATES, REGION_COSTS):
+    for key in (collage.CANDIDATES, collage.REGION_COSTS):
         if key in fn.attributes:
             del fn.attributes[key]
     return calls
 
 
-REGION_COSTS = "collage.region_costs"
-"""Optional f64 array on the function (search): estimated seconds per region index."""
-
-
 def _region_costs(fn: ir.Operation) -> list[float]:
-    if REGION_COSTS not in fn.attributes:
+    if collage.REGION_COSTS not in fn.attributes:
         return []
-    return [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[REGION_COSTS])]
+    return [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]
 
 
 def _str(fn: ir.Operation, s: str) -> ir.Attribute:

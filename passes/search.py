@@ -9,6 +9,7 @@ index in execution order) and `collage.backend` (string) on every op node, and o
 function `collage.estimated_cost` (f64 seconds, hand-offs included) and
 `collage.region_costs` (f64 per region, for collage-outline). The IR is otherwise unchanged.
 `unknown=invalid` skips candidates the estimator could not cost (NaN) instead of failing.
+`placement=FILE` drops the candidates a user placement file forbids (see placement.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.passes.common import function_name, functions
 from collage_mlir.passes.registry import CollagePass, register
+from collage_mlir.placement import Placement
 from collage_mlir.search import Partitioning, search
-
-REGION_COSTS = "collage.region_costs"
-"""f64 array on the function: estimated seconds of each region, by region index."""
 
 UNKNOWN_POLICIES = ("raise", "invalid")
 
@@ -41,15 +40,26 @@ class SearchPass(CollagePass):
     cache: str = ""
     backends: tuple[str, ...] = ()
     unknown: str = "raise"
+    placement: str = ""
 
     def run_on_module(self, module: ir.Operation) -> None:
-        estimator = self.table_estimator()  # options and tables fail before any IR is read
-        work = [(fn, read_candidates(fn)) for fn in functions(module)]
+        from collage_mlir.api import make_estimator
+
+        if self.unknown not in UNKNOWN_POLICIES:
+            raise CollageError(f"unknown={self.unknown}: expected one of "
+                               f"{', '.join(UNKNOWN_POLICIES)}")
+        # options, tables and placement files fail before any IR is read
+        estimator = make_estimator(self.cost, [], None) if self.cost != "measure" else None
+        placement = Placement.from_json(self.placement) if self.placement else None
+        work = []
+        for fn in functions(module):
+            graph, cands = read_candidates(fn)
+            work.append((fn, graph, placement.filter(graph, cands) if placement else cands))
         if estimator is None:
-            named = sorted({c.backend for _, (_, cands) in work for c in cands})
-            estimator = self.measuring_estimator(list(self.backends) or named)
+            named = sorted({c.backend for _, _, cands in work for c in cands})
+            estimator = make_estimator("measure", list(self.backends) or named, self.cache or None)
         try:
-            for fn, (graph, cands) in work:
+            for fn, graph, cands in work:
                 costs = estimator.estimate(cands)
                 result = search(graph, cands, costs, estimator.transition_cost, self.unknown)
                 write_partitioning(fn, result)
@@ -57,25 +67,6 @@ class SearchPass(CollagePass):
             close = getattr(estimator, "close", None)
             if close is not None:
                 close()
-
-    def table_estimator(self) -> CostEstimator | None:
-        """The TableEstimator of `cost=table:FILE`, None for `cost=measure`; checks options."""
-        if self.unknown not in UNKNOWN_POLICIES:
-            raise CollageError(f"collage-search: unknown={self.unknown}: expected one of "
-                               f"{', '.join(UNKNOWN_POLICIES)}")
-        if self.cost.startswith("table:"):
-            from collage_mlir.cost.table import TableEstimator
-
-            return TableEstimator.from_json(self.cost[len("table:"):])
-        if self.cost == "measure":
-            return None
-        raise CollageError(f"collage-search: cost={self.cost}: expected 'measure' or "
-                           "'table:FILE'")
-
-    def measuring_estimator(self, backends: list[str]) -> CostEstimator:
-        from collage_mlir.cost.measure import MeasuringEstimator
-
-        return MeasuringEstimator(backends, cache_path=self.cache or None)
 
 
 def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
@@ -112,5 +103,5 @@ def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:
                 attrs[collage.REGION] = region
                 attrs[collage.BACKEND] = backend
         fn.attributes[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(result.total_cost)
-        fn.attributes[REGION_COSTS] = ir.ArrayAttr.get(
+        fn.attributes[collage.REGION_COSTS] = ir.ArrayAttr.get(
             [ir.FloatAttr.get_f64(c.cost) for c in result.choices])
