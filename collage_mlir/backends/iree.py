@@ -11,9 +11,12 @@ are split in halves on failure, and the answer is cached in-process.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -188,8 +191,10 @@ class IreeKernel(Kernel):
     Inputs are passed by value each call; outputs are host numpy arrays owned by the caller.
     """
 
-    def __init__(self, context: Any, fn_name: str) -> None:
+    def __init__(self, context: Any, fn_name: str, vmfb: bytes = b"") -> None:
         self.context = context
+        self.fn_name = fn_name
+        self.vmfb = vmfb  # the (possibly shared) compiled module: what `save_kernel` writes
         self._fn = context.modules.module[fn_name]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -211,6 +216,7 @@ class IreeBackend(Backend):
         self.threads = int(options.get("threads", os.cpu_count() or 1))
         flags = options.get("flags", DEFAULT_FLAGS)
         self.flags = tuple(flags.split() if isinstance(flags, str) else flags)
+        self._loaded: dict[Path, tuple[Any, bytes]] = {}
 
     @property
     def version(self) -> str:
@@ -258,7 +264,8 @@ class IreeBackend(Backend):
             text, names = "", []
             try:
                 text, names = combine([modules[i] for i in pending])
-                context = self._load(_compile(text, self.flags))
+                vmfb = _compile(text, self.flags)
+                context = self._load(vmfb)
             except Exception as e:
                 if len(pending) == 1:
                     results[pending[0]] = _short(e)
@@ -273,9 +280,28 @@ class IreeBackend(Backend):
                 pending = [i for k, i in enumerate(pending) if k not in bad]
                 continue
             for i, name in zip(pending, names, strict=True):
-                results[i] = IreeKernel(context, name)
+                results[i] = IreeKernel(context, name, vmfb)
             break
         return [r if r is not None else RuntimeError("not compiled") for r in results]
+
+    def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
+        """The .vmfb (written once per distinct content when regions share one) and a small
+        JSON naming the function inside it."""
+        vmfb_path = Path(stem).with_name(f"iree_{hashlib.sha1(kernel.vmfb).hexdigest()[:16]}.vmfb")
+        if not vmfb_path.exists():
+            vmfb_path.write_bytes(kernel.vmfb)
+        ref = Path(stem + ".iree.json")
+        ref.write_text(json.dumps({"vmfb": vmfb_path.name, "function": kernel.fn_name}))
+        return [str(ref), str(vmfb_path)]
+
+    def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
+        ref = json.loads(Path(stem + ".iree.json").read_text())
+        vmfb_path = Path(stem).with_name(ref["vmfb"])
+        if vmfb_path not in self._loaded:  # regions sharing a vmfb share one context
+            vmfb = vmfb_path.read_bytes()
+            self._loaded[vmfb_path] = (self._load(vmfb), vmfb)
+        context, vmfb = self._loaded[vmfb_path]
+        return IreeKernel(context, ref["function"], vmfb)
 
     def cache_options(self) -> str:
         return f"threads={self.threads},flags={' '.join(self.flags)}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -101,8 +102,9 @@ class OrtKernel(Kernel):
     in-place updates of the same array are seen by the next run. Outputs are fresh arrays.
     """
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, model_bytes: bytes = b"") -> None:
         self.session = session
+        self.model_bytes = model_bytes  # the exported region: what `save_kernel` writes
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
         self._binding = session.io_binding()
@@ -162,13 +164,24 @@ class OnnxRuntimeBackend(Backend):
         return bits
 
     def compile(self, module: ir.Module) -> Kernel:
+        return self._session(export_function(module).SerializeToString())
+
+    def _session(self, model_bytes: bytes) -> OrtKernel:
         import onnxruntime as ort
 
-        model = export_function(module)
-        session = ort.InferenceSession(model.SerializeToString(),
-                                       session_options(self.threads, self.optimize),
+        session = ort.InferenceSession(model_bytes, session_options(self.threads, self.optimize),
                                        providers=[PROVIDER])
-        return OrtKernel(session)
+        return OrtKernel(session, model_bytes)
+
+    def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
+        """The region as the ONNX model the session was built from (onnxruntime's own
+        optimizations run again at load, in milliseconds)."""
+        path = Path(stem + ".onnx")
+        path.write_bytes(kernel.model_bytes)
+        return [str(path)]
+
+    def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
+        return self._session(Path(stem + ".onnx").read_bytes())
 
     def cache_options(self) -> str:
         return f"threads={self.threads},optimize={int(self.optimize)}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -189,6 +190,16 @@ class OpenVinoBackend(Backend):
     def compile(self, module: ir.Module) -> Kernel:
         model = read_onnx(self.core, export_function(module).SerializeToString())
         return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
+
+    def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
+        """OpenVINO's own compiled blob (`export_model`), re-imported without compiling."""
+        path = Path(stem + ".ovblob")
+        path.write_bytes(kernel.compiled.export_model().getvalue())
+        return [str(path)]
+
+    def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
+        blob = Path(stem + ".ovblob").read_bytes()
+        return OpenVinoKernel(self.core.import_model(blob, DEVICE, self.config()))
 
     def cache_options(self) -> str:
         return f"threads={self.threads},precision={self.precision}"

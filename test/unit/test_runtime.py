@@ -6,17 +6,18 @@ import numpy as np
 import pytest
 
 import collage_mlir
+from collage_mlir.backends.registry import available_backends
 from collage_mlir.passes.pipeline import run_pipeline
 from collage_mlir.runtime import PartitionedModel, load
 
 T = "!torch.vtensor<[2,4],f32>"
-STAMPED = f"""
+STAMPED = """
 func.func @f(%arg0: {T}, %arg1: {T}) -> ({T}, {T}) attributes {{collage.input_names = ["x", "y"], collage.output_names = ["sum", "neg"], torch.onnx_meta.opset_version = 17 : si64}} {{
   %a = torch.operator "onnx.Relu"(%arg0) {{collage.region = 0 : i64, collage.backend = "onnxruntime"}} : ({T}) -> {T}
-  %b = torch.operator "onnx.Abs"(%a) {{collage.region = 1 : i64, collage.backend = "onnxruntime"}} : ({T}) -> {T}
+  %b = torch.operator "onnx.Abs"(%a) {{collage.region = 1 : i64, collage.backend = "{B1}"}} : ({T}) -> {T}
   %c = torch.operator "onnx.Mul"(%a, %arg1) {{collage.region = 0 : i64, collage.backend = "onnxruntime"}} : ({T}, {T}) -> {T}
-  %d = torch.operator "onnx.Add"(%b, %c) {{collage.region = 2 : i64, collage.backend = "onnxruntime"}} : ({T}, {T}) -> {T}
-  %e = torch.operator "onnx.Neg"(%c) {{collage.region = 2 : i64, collage.backend = "onnxruntime"}} : ({T}) -> {T}
+  %d = torch.operator "onnx.Add"(%b, %c) {{collage.region = 2 : i64, collage.backend = "{B2}"}} : ({T}, {T}) -> {T}
+  %e = torch.operator "onnx.Neg"(%c) {{collage.region = 2 : i64, collage.backend = "{B2}"}} : ({T}) -> {T}
   return %d, %e : {T}, {T}
 }}
 """
@@ -28,9 +29,20 @@ def expected(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
     return [np.abs(a) + c, -c]
 
 
+MIXED = [b for b in ("openvino", "iree") if b in available_backends()]
+
+
+def stamped(b1: str = "onnxruntime", b2: str = "onnxruntime") -> str:
+    return STAMPED.format(T=T, B1=b1, B2=b2)
+
+
 @pytest.fixture
 def model() -> PartitionedModel:
-    module = collage_mlir.parse_mlir(STAMPED)
+    return partitioned(stamped())
+
+
+def partitioned(text: str) -> PartitionedModel:
+    module = collage_mlir.parse_mlir(text)
     run_pipeline(module, "builtin.module(collage-outline)")
     return PartitionedModel.from_module(module)
 
@@ -55,14 +67,27 @@ def test_bad_inputs_are_named(model):
         model.run([np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32)])
 
 
-def test_save_and_load_round_trip(model, tmp_path):
+@pytest.mark.parametrize("backends", [("onnxruntime", "onnxruntime"), tuple(MIXED)],
+                         ids=["onnxruntime", "mixed"])
+def test_save_and_load_round_trip(backends, tmp_path):
+    if len(backends) < 2:
+        pytest.skip("openvino and iree unavailable")
+    model = partitioned(stamped(*backends))
     model.save(tmp_path / "out")
+    files = {p.name for p in (tmp_path / "out").iterdir()}
+    assert "f_onnxruntime_0.onnx" in files  # each backend wrote its compiled artifact
+    if "openvino" in backends:
+        assert "f_openvino_1.ovblob" in files
+    if "iree" in backends:
+        assert any(f.endswith(".vmfb") for f in files) and "f_iree_2.iree.json" in files
     again = load(tmp_path / "out")
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 3, np.float32)
     for a, b in zip(model.run([x, y]), again.run([x, y]), strict=True):
         np.testing.assert_array_equal(a, b)
     assert again.mlir == model.mlir
+    for a, e in zip(again.run([x, y]), expected(x, y), strict=True):
+        np.testing.assert_allclose(a, e, rtol=1e-6)
 
 
 def test_load_rejects_other_directories(tmp_path):
