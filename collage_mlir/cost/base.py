@@ -38,4 +38,6 @@ class CostEstimator(abc.ABC):
 
     @abc.abstractmethod
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
-        """Seconds to hand `nbytes` produced by `src_backend` to `dst_backend` (0 if same)."""
+        """Seconds to hand `nbytes` from a region on `src_backend` to another region on
+        `dst_backend`. The same backend on both sides is a real boundary too (two calls
+        instead of one); estimators may price it, or return 0."""

@@ -3,17 +3,16 @@
 Measured, not guessed (the RFC leaves it out; it decides whether mixing pays for small
 regions). The experiment runs in a measuring worker that has both backends loaded, on a
 cheap elementwise region (Relu on a flat f32 tensor) at a few sizes, through the same
-`Kernel.run` call path the runtime uses. Per size and round it times, back to back, the chains
-A→B and B→A (the second kernel gets the first one's fresh output array) and the single calls
-A and B with their input bound once — exactly how every candidate is measured. The hand-off
-is the paired per-round difference, taken at the median over rounds:
-
-    hand-off(A→B, n) = median_r( t_r(A→B) - t_r(A) - t_r(B) ),
-
-so that a cover's estimate, the sum of its candidates' measured costs plus these hand-offs,
-adds up to what the chained calls really take (pairing within a round cancels most of the
-machine's drift). A line `per_call + per_byte * nbytes` (Theil–Sen, both clipped at 0) is
-fitted per direction and cached per backend pair and host.
+`Kernel.run` call path the runtime uses. Candidates are timed hot (one kernel, again and
+again, input bound once); a partitioned model instead switches kernels at every region
+boundary and hands over a fresh array. Per size and round we time the hot calls and the
+chains A→B→A and B→A→B; the boundary cost is what a chain takes beyond its hot calls, per
+kernel switch, at the median over rounds — so that a cover's estimate, its candidates'
+costs plus these hand-offs, adds up to what the chained calls really take. A and B may be
+the same backend: two compiled kernels of one backend have a boundary too (a few µs on
+onnxruntime, far more on runtimes that wake a thread pool per compiled model). A line
+`per_call + per_byte * nbytes` (Theil–Sen, both clipped at 0) is fitted and cached per
+backend pair and host.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ SIZES = (256, 16_384, 262_144, 1_048_576)
 """f32 elements per experiment: 1 KiB, 64 KiB, 1 MiB, 4 MiB."""
 
 Point = tuple[int, float]
-METHOD = "paired-2"  # part of the key: a changed experiment must not reuse old numbers
+METHOD = "alternating-1"  # part of the key: a changed experiment must not reuse old numbers
 
 
 def transition_key(src: str, src_version: str, dst: str, dst_version: str,
@@ -65,20 +64,39 @@ def _timer(f: Callable[[], object]) -> Callable[[], float]:
 
 def _hand_offs(a: Kernel, b: Kernel, x: list[np.ndarray], repeats: int,
                budget_s: float) -> tuple[float, float]:
-    """Median paired hand-off seconds (a→b, b→a) at one size."""
-    runs = {"ab": _timer(lambda: b.run(a.run(x))), "ba": _timer(lambda: a.run(b.run(x))),
-            "a": _timer(lambda: a.run(x)), "b": _timer(lambda: b.run(x))}
-    for f in runs.values():  # warm up every path (first binds, page faults)
-        f(), f()
-    ab, ba = [], []
+    """Median seconds per region boundary between kernels a and b, at one size.
+
+    Candidates are measured hot: one kernel called again and again on a bound input. In a
+    partitioned model every boundary instead switches kernels and re-binds a fresh array. A
+    round times the hot calls (the second of two) and the chains a→b→a and b→a→b, each
+    with three kernel switches (the one into the chain's first kernel included); the
+    boundary cost is what the chains take beyond their hot calls, per switch. The two
+    directions are not told apart (a chain holds both), so the same value is returned twice.
+    """
+    def timed(f: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        f()
+        return time.perf_counter() - t0
+
+    def hot(k: Kernel) -> float:
+        k.run(x)
+        return timed(lambda: k.run(x))
+
+    def chain(first: Kernel, second: Kernel) -> float:
+        return timed(lambda: first.run(second.run(first.run(x))))
+
+    for _ in range(2):  # warm every path (first binds, page faults)
+        hot(a), hot(b), chain(a, b), chain(b, a)
+    per_switch = []
     start = time.perf_counter()
     for r in range(repeats):
-        t = {k: f() for k, f in runs.items()}
-        ab.append(t["ab"] - t["a"] - t["b"])
-        ba.append(t["ba"] - t["a"] - t["b"])
+        ha, hb = hot(a), hot(b)
+        ab, ba = chain(a, b), chain(b, a)
+        per_switch.append(((ab - 2 * ha - hb) + (ba - 2 * hb - ha)) / 6)
         if r >= 10 and time.perf_counter() - start > budget_s:
             break
-    return statistics.median(ab), statistics.median(ba)
+    cost = statistics.median(per_switch)
+    return cost, cost
 
 
 def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,

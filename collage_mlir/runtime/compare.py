@@ -52,15 +52,21 @@ class Timing:
 
 
 def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
-                      rounds: int = 20, warmup: int = 3, inner: int = 1) -> list[Timing]:
-    """Median and p90 per runner; rounds alternate between runners."""
+                      rounds: int = 20, warmup: int = 3, inner: int = 1,
+                      seed: int = 0) -> list[Timing]:
+    """Median and p90 per runner. Every round runs each runner once, in a shuffled order, so
+    no runner always follows the same neighbour (a backend whose threads keep spinning
+    after its call would otherwise slow the same victim every round)."""
     samples: dict[str, list[float]] = {n: [] for n in runners}
     args = list(inputs)
+    order = list(runners.items())
+    rng = np.random.default_rng(seed)
     for _ in range(warmup):
         for r in runners.values():
             r(args)
     for _ in range(rounds):
-        for name, r in runners.items():
+        for k in rng.permutation(len(order)):
+            name, r = order[k]
             t0 = time.perf_counter()
             for _ in range(inner):
                 r(args)

@@ -132,7 +132,7 @@ def _transition_table(graph: DataflowGraph, cands: Sequence[CandidatePartition],
     table = {}
     for src in backends:
         for dst in backends:
-            if src == dst:
+            if src == dst == HOST:
                 continue
             for n in sizes:
                 t = float(transition(src, dst, n))
@@ -200,7 +200,7 @@ def _is_merging(graph: DataflowGraph, inside: int, exits: int) -> bool:
 
 def _price(table: dict[tuple[str, str, int], float] | None, src: str, dst: str,
            nbytes: int) -> float:
-    if table is None or src == dst:
+    if table is None:
         return 0.0
     return table[src, dst, nbytes]
 
@@ -335,9 +335,7 @@ def _hand_offs(e: _Edge, covered: int, new_covered: int, live: dict,
     live = dict(live)
     for v, nbytes, readers in e.inputs:
         if (covered >> v[0]) & 1:  # producer placed: charge now
-            src = live[v][1]
-            if src != e.backend:
-                extra += table[src, e.backend, nbytes]
+            extra += table[live[v][1], e.backend, nbytes]
             if not readers & ~new_covered:
                 del live[v]
         else:  # producer not placed yet: remember this consumer region's backend
@@ -346,8 +344,7 @@ def _hand_offs(e: _Edge, covered: int, new_covered: int, live: dict,
     for v, outside, nbytes in e.outputs:
         if v in live:  # consumers placed before their producer
             for dst in live[v][1]:
-                if dst != e.backend:
-                    extra += table[e.backend, dst, nbytes]
+                extra += table[e.backend, dst, nbytes]
         if outside & ~new_covered:
             live[v] = ("p", e.backend)
         else:

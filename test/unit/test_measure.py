@@ -168,7 +168,10 @@ def test_two_measuring_processes_share_one_cache(tmp_path, graph):
 def test_transition_cost_measured_once_then_cached(tmp_path):
     backends = [NUMPY, BATCHING]
     with estimator(tmp_path, backends) as est:
-        assert est.transition_cost("numpy_test", "numpy_test", 1 << 20) == 0.0
+        same = est.transition("numpy_test", "numpy_test")  # two kernels of one backend
+        assert same.status == OK and same.per_call >= 0 and same.per_byte >= 0
+        assert est.transition_cost("numpy_test", "numpy_test", 64) == pytest.approx(
+            same.per_call + same.per_byte * 64)
         forward = est.transition("numpy_test", "batching_test")
         backward = est.transition("batching_test", "numpy_test")
         assert forward.status == OK and backward.status == OK

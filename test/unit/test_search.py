@@ -216,6 +216,20 @@ def test_transition_cost_keeps_a_chain_on_one_backend():
     assert priced.total_cost == 3.0 and priced.transition_cost == 0.0
 
 
+def test_boundaries_on_one_backend_are_priced_too():
+    graph, ops = graph_of([[], [0], [1]])
+    cands = [cand(graph, [i], "a") for i in ops] + [cand(graph, ops, "a", "maximal")]
+    costs = [1.0, 1.0, 1.0, 3.2]  # the whole chain is a little dearer than its three ops
+    def same_backend(src: str, dst: str, nbytes: int) -> float:
+        return 0.0 if HOST in (src, dst) else 0.25
+
+    assert len(search(graph, cands, costs).choices) == 3
+    priced = search(graph, cands, costs, same_backend)  # two a→a boundaries would cost 0.5
+    assert [len(c.candidate.sub_graph) for c in priced.choices] == [3]
+    split = evaluate(graph, cands[:3], costs[:3], same_backend)
+    assert split == (3.5, 0.5)
+
+
 def test_consumer_placed_before_its_producer_is_charged_once():
     # ops: p0 -> {q1, s3}; p2 -> s3. Candidate {p0, p2}? not connected; use {p0, s3}:
     # then p2 (the producer of s3's second input) is placed after s3.
