@@ -5,10 +5,11 @@ regions). The experiment runs in a measuring worker that has both backends loade
 cheap elementwise region (Relu on a flat f32 tensor) at a few sizes, through the same
 `Kernel.run` call path the runtime uses. Candidates are timed hot (one kernel, again and
 again, input bound once); a partitioned model instead switches kernels at every region
-boundary and hands over a fresh array. Per size and round we time the hot calls and the
-chains A→B→A and B→A→B; the boundary cost is what a chain takes beyond its hot calls, per
-kernel switch, at the median over rounds — so that a cover's estimate, its candidates'
-costs plus these hand-offs, adds up to what the chained calls really take. A and B may be
+boundary and hands over a fresh array. Per size and round we time each kernel hot and then
+a ring of RING distinct kernels per backend, alternating A, B, A, B, ...; the boundary cost
+is what the ring takes beyond its hot calls, per kernel switch, at the median over rounds —
+so that a cover's estimate, its candidates' costs plus these hand-offs, adds up to what the
+chained calls really take. A and B may be
 the same backend: two compiled kernels of one backend have a boundary too (a few µs on
 onnxruntime, far more on runtimes that wake a thread pool per compiled model). A line
 `per_call + per_byte * nbytes` (Theil–Sen, both clipped at 0) is fitted and cached per
@@ -18,6 +19,7 @@ backend pair and host.
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +33,7 @@ SIZES = (256, 16_384, 262_144, 1_048_576)
 """f32 elements per experiment: 1 KiB, 64 KiB, 1 MiB, 4 MiB."""
 
 Point = tuple[int, float]
-METHOD = "alternating-1"  # part of the key: a changed experiment must not reuse old numbers
+METHOD = "ring-1"  # part of the key: a changed experiment must not reuse old numbers
 
 
 def transition_key(src: str, src_version: str, dst: str, dst_version: str,
@@ -54,67 +56,73 @@ def relu_module_text(n: int) -> str:
         "}\n")
 
 
-def _timer(f: Callable[[], object]) -> Callable[[], float]:
-    def once() -> float:
-        t0 = time.perf_counter()
-        f()
-        return time.perf_counter() - t0
-    return once
+RING = 8
+"""Distinct kernels per backend in the experiment: switching among many compiled kernels
+costs more than between two (measured here: 30 distinct OpenVINO kernels cost ~270 µs per
+switch against ~50 µs for two alternating; onnxruntime ~100 µs against ~25 µs)."""
 
 
-def _hand_offs(a: Kernel, b: Kernel, x: list[np.ndarray], repeats: int,
-               budget_s: float) -> tuple[float, float]:
-    """Median seconds per region boundary between kernels a and b, at one size.
+def _timed(f: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def _hand_offs(ring: list[Kernel], x: list[np.ndarray], repeats: int,
+               budget_s: float) -> float:
+    """Median seconds per region boundary along `ring` (kernels alternating backends).
 
     Candidates are measured hot: one kernel called again and again on a bound input. In a
-    partitioned model every boundary instead switches kernels and re-binds a fresh array. A
-    round times the hot calls (the second of two) and the chains a→b→a and b→a→b, each
-    with three kernel switches (the one into the chain's first kernel included); the
-    boundary cost is what the chains take beyond their hot calls, per switch. The two
-    directions are not told apart (a chain holds both), so the same value is returned twice.
+    partitioned model every boundary instead switches kernels and hands over a fresh array.
+    A round times each kernel hot (the second of two calls) and then the whole ring, each
+    kernel fed its predecessor's output; the boundary cost is what the ring takes beyond the
+    hot calls, per kernel switch.
     """
-    def timed(f: Callable[[], object]) -> float:
-        t0 = time.perf_counter()
-        f()
-        return time.perf_counter() - t0
-
     def hot(k: Kernel) -> float:
         k.run(x)
-        return timed(lambda: k.run(x))
+        return _timed(lambda: k.run(x))
 
-    def chain(first: Kernel, second: Kernel) -> float:
-        return timed(lambda: first.run(second.run(first.run(x))))
+    def walk() -> None:
+        y = x
+        for k in ring:
+            y = k.run(y)
 
     for _ in range(2):  # warm every path (first binds, page faults)
-        hot(a), hot(b), chain(a, b), chain(b, a)
+        walk()
     per_switch = []
     start = time.perf_counter()
     for r in range(repeats):
-        ha, hb = hot(a), hot(b)
-        ab, ba = chain(a, b), chain(b, a)
-        per_switch.append(((ab - 2 * ha - hb) + (ba - 2 * hb - ha)) / 6)
-        if r >= 10 and time.perf_counter() - start > budget_s:
+        solo = math.fsum(hot(k) for k in ring)
+        per_switch.append((_timed(walk) - solo) / len(ring))
+        if r >= 5 and time.perf_counter() - start > budget_s:
             break
-    cost = statistics.median(per_switch)
-    return cost, cost
+    return statistics.median(per_switch)
 
 
 def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
-                   repeats: int = 60, budget_s: float = 2.0,
+                   repeats: int = 40, budget_s: float = 2.0,
                    ) -> tuple[list[Point], list[Point]]:
-    """(nbytes, seconds) hand-off points for src→dst and dst→src, one per size."""
+    """(nbytes, seconds) hand-off points for src→dst and dst→src, one per size.
+
+    A ring alternates RING distinct kernels of each backend, so it holds both directions
+    equally and cannot tell them apart: both lists get the same points.
+    """
     from collage_mlir.importer import parse_mlir
 
-    forward: list[Point] = []
-    backward: list[Point] = []
+    points: list[Point] = []
     for n in sizes:
-        a = src.compile(parse_mlir(relu_module_text(n), "transition"))
-        b = dst.compile(parse_mlir(relu_module_text(n), "transition"))
+        kernels = []
+        for backend in (src, dst):
+            compiled = backend.compile_many(
+                [parse_mlir(relu_module_text(n), "transition") for _ in range(RING)])
+            for k in compiled:
+                if isinstance(k, Exception):
+                    raise k
+            kernels.append(compiled)
+        ring = [k for pair in zip(*kernels, strict=True) for k in pair]
         x = [np.random.default_rng(n).standard_normal(n, dtype=np.float32)]
-        ab, ba = _hand_offs(a, b, x, repeats, budget_s)
-        forward.append((4 * n, ab))
-        backward.append((4 * n, ba))
-    return forward, backward
+        points.append((4 * n, _hand_offs(ring, x, repeats, budget_s)))
+    return points, list(points)
 
 
 def fit(points: Sequence[Point]) -> tuple[float, float]:
