@@ -1,6 +1,8 @@
 // RUN: collage-opt %s --pass-pipeline='builtin.module(collage-annotate{backends=onnxruntime,iree},collage-search{cost=table:%S/Inputs/pipeline.json},collage-outline)' | filecheck %s
+// RUN: collage-opt %s --pass-pipeline='builtin.module(collage-partition{backends=onnxruntime,iree cost=table:%S/Inputs/pipeline.json})' | filecheck %s
 
-// The three phases in one pipeline: annotate finds the candidates, search picks
+// The three phases in one pipeline (and as the one collage-partition pass, which must give
+// the same result): annotate finds the candidates, search picks
 // onnxruntime for Abs (1.0 vs 3.0) and one iree region for both Relus (0.5 + 0.5), and
 // outline turns the two regions into calls in execution order.
 
