@@ -46,8 +46,10 @@ class MeasureSettings:
     Timing: `warmup` calls, then calls until `min_runs` are done and the running median moved
     less than `settle` (relative) over the last `settle_window` calls, or `budget_s` is spent
     (at least `min_runs_on_budget` calls), or `max_runs`. Check: every output element within
-    `atol_scale * max(1, max|ref|) + rtol * |ref|` of the reference (fp32 reordering of long
-    reductions stays far inside this; a wrong kernel does not).
+    `atol_scale * max(1, max|ref|) + rtol * |ref|` of the reference. fp32 backends differ
+    more than reordering alone suggests: OpenVINO's whole squeezenet (26 convolutions, some
+    Winograd) is 1e-3 off onnxruntime on a softmax output of magnitude 1, which the first,
+    tighter bounds (1e-4, 1e-3) wrongly called invalid. A wrong kernel is off by far more.
     """
 
     warmup: int = 2
@@ -57,8 +59,8 @@ class MeasureSettings:
     min_runs_on_budget: int = 3
     settle: float = 0.02
     settle_window: int = 5
-    rtol: float = 1e-3
-    atol_scale: float = 1e-4
+    rtol: float = 1e-2
+    atol_scale: float = 3e-3
 
 
 # -- loading backends ----------------------------------------------------------------------
