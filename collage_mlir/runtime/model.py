@@ -18,6 +18,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend
+from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
 from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
@@ -50,6 +51,10 @@ class PartitionedModel:
         self.backends = backends
         self.report_rows = report_rows or []
         self.estimated_cost = estimated_cost
+        # filled by `collage_mlir.compile` (not saved): what the search saw and chose
+        self.backends_considered: list[str] = sorted(backends)
+        self.candidates: list = []
+        self.partitioning = None
 
     # -- building -----------------------------------------------------------------------
 
@@ -61,8 +66,6 @@ class PartitionedModel:
         by_backend: dict[str, list[str]] = defaultdict(list)
         regions = region_functions(module)
         for name, fn in regions.items():
-            from collage_mlir.dialects import collage
-
             by_backend[ir.StringAttr(fn.attributes[collage.BACKEND]).value].append(name)
         for backend_name, names in sorted(by_backend.items()):
             backend = get_backend(backend_name, **(backend_options or {}).get(backend_name, {}))
