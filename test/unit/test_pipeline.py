@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 from conftest import LIGHT_MODELS, light_model_path
 
@@ -124,3 +125,59 @@ def test_measured_partition_of_alexnet(tmp_path):
     check_against_onnxruntime(model, path)
     again = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1)
     assert [s.backend for s in again.plan.steps] == [s.backend for s in model.plan.steps]
+
+
+def random_cnn() -> onnx.ModelProto:
+    """A small CNN with random (non-uniform) weights. The light models' weights are splats
+    from ConstantOfShape, so their outputs barely depend on a kernel being right; here a
+    wrong region anywhere changes the logits."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+
+    def init(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("LRN", ["r1"], ["l1"], size=3),
+        helper.make_node("MaxPool", ["l1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "p1"], ["a2"]),  # a residual connection
+        helper.make_node("Relu", ["a2"], ["r2"]),
+        helper.make_node("Flatten", ["r2"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "random_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10]),
+         helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 10])],
+        [init("w1", 8, 3, 3, 3), init("b1", 8), init("w2", 8, 8, 3, 3), init("w3", 10, 512),
+         init("b3", 10)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.skipif(len(available_backends()) < 3, reason="needs all three backends")
+def test_three_backend_mix_on_random_weights(tmp_path):
+    table = {"per_op": {"onnxruntime": {"Conv": 1.0, "*": 5.0},
+                        "openvino": {"LRN": 1.0, "MaxPool": 1.0, "Add": 1.0, "*": 5.0},
+                        "iree": {"Relu": 1.0, "Flatten": 1.0, "Gemm": 1.0, "Softmax": 1.0,
+                                 "*": 5.0}}}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    model_proto = random_cnn()
+    model = collage_mlir.compile(model_proto, backends=["onnxruntime", "openvino", "iree"],
+                                 cost=f"table:{costs}", max_depth=1)
+    assert {s.backend for s in model.plan.steps} == {"onnxruntime", "openvino", "iree"}
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(model_proto.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = model.run({"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4 * float(np.max(np.abs(w))))
+    assert np.ptp(want[0]) > 1e-2  # the logits really depend on the weights
