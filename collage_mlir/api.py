@@ -8,7 +8,6 @@ import → annotate (candidates) → [placement] → measure/search → outline 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.common import functions
+from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.model import PartitionedModel
 from collage_mlir.runtime.report import ReportRow, summarize_op_types
 
@@ -105,11 +105,11 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         candidates = Placement.from_json(placement).filter(graph, candidates)
     own = estimator is None
     estimator = estimator or make_estimator(cost, names, cache)
-    bar = _progress_bar("measuring") if progress else None
+    bar = ProgressBar("measuring") if progress else None
     try:
         costs = estimator.estimate(candidates, progress=bar)
         if bar:
-            bar(len(candidates), len(candidates), final=True)
+            bar.close()
         partitioning = search(graph, candidates, costs, estimator.transition_cost)
     finally:
         if own and hasattr(estimator, "close"):
@@ -142,18 +142,3 @@ def report_rows(graph: DataflowGraph, partitioning, fn: ir.Operation) -> list[Re
             runner_up=choice.runner_up.backend if choice.runner_up else "",
             runner_up_cost=choice.runner_up_cost))
     return rows
-
-
-def _progress_bar(label: str):
-    """A one-line stderr progress bar: bar(done, total)."""
-    def bar(done: int, total: int, final: bool = False) -> None:
-        if not sys.stderr.isatty() and not final:
-            return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if final:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return bar
