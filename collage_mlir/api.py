@@ -2,13 +2,16 @@
 
 The same phases as the passes, in one call, with Python objects in between so a caller can
 hand in its own CostEstimator and get a progress bar:
-import → annotate (candidates) → [placement] → measure/search → outline → compile.
+import → annotate (candidates) → [placement] → measure/search → outline → compile
+→ [verify: a split pick timed end to end against whole-model alternatives].
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -18,12 +21,15 @@ from collage_mlir.backends.registry import available_backends, registered_backen
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.errors import CollageError
-from collage_mlir.graph import DataflowGraph, SubGraphConfig
+from collage_mlir.graph import DataflowGraph, SubGraph, SubGraphConfig
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.common import functions
 from collage_mlir.progress import ProgressBar
-from collage_mlir.runtime.model import PartitionedModel
+from collage_mlir.runtime.compare import random_inputs, whole_model_runner
+from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, summarize_op_types
+from collage_mlir.runtime.verify import SPLIT, fastest, rounds_for, whole_alternatives
+from collage_mlir.search.partitioning import Choice, Partitioning
 
 DEFAULT_MAX_DEPTH = 3
 DEFAULT_MAX_EXITS = 1
@@ -80,51 +86,120 @@ def make_estimator(cost: str, backends: list[str], cache: str | os.PathLike | No
     raise CollageError(f"cost={cost}: expected 'measure' or 'table:FILE'")
 
 
+@contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
+
+
 def compile(model: ModelInput, backends: Sequence[str] | None = None,
             cache: str | os.PathLike | None = None, *, max_depth: int | None = None,
             max_exits: int = DEFAULT_MAX_EXITS, placement: str | os.PathLike | None = None,
             cost: str = "measure", estimator: CostEstimator | None = None,
-            progress: bool = False) -> PartitionedModel:
-    """Partition `model` across `backends` by measured cost and compile every region."""
+            progress: bool = False, verify: bool | None = None,
+            verify_budget_s: float = 3.0) -> PartitionedModel:
+    """Partition `model` across `backends` by measured cost and compile every region.
+
+    `verify` (default: on when costs are measured) times a split pick end to end against
+    the backends that could run the whole model for a comparable estimate, and keeps the
+    faster (`collage_mlir.runtime.verify`); `verify_budget_s` bounds that timing.
+    """
     from collage_mlir.rules.spec import generate_candidates, specs_for
     from collage_mlir.search.search import search
 
-    module = load_module(model)
+    timings: dict[str, float] = {}
+    with _timed(timings, "import"):
+        module = load_module(model)
     names = resolve_backends(backends)
     fns = functions(module.operation)
     if len(fns) != 1:
         raise CollageError(f"expected one public function, found {len(fns)}")
     fn = fns[0]
-    graph = DataflowGraph(fn)
-    config = SubGraphConfig(max_exits=max_exits, allow_taps=False,
-                            max_depth=max_depth or DEFAULT_MAX_DEPTH)
-    candidates = generate_candidates(graph, specs_for(names), config)
-    if placement is not None:
-        from collage_mlir.placement import Placement
+    with _timed(timings, "annotate"):
+        graph = DataflowGraph(fn)
+        config = SubGraphConfig(max_exits=max_exits, allow_taps=False,
+                                max_depth=max_depth or DEFAULT_MAX_DEPTH)
+        candidates = generate_candidates(graph, specs_for(names), config)
+        if placement is not None:
+            from collage_mlir.placement import Placement
 
-        candidates = Placement.from_json(placement).filter(graph, candidates)
+            candidates = Placement.from_json(placement).filter(graph, candidates)
     own = estimator is None
+    if verify is None:
+        verify = cost == "measure" and own
     estimator = estimator or make_estimator(cost, names, cache)
     bar = ProgressBar("measuring") if progress else None
     try:
-        costs = estimator.estimate(candidates, progress=bar)
+        with _timed(timings, "measure"):
+            costs = estimator.estimate(candidates, progress=bar)
         if bar:
             bar.close()
-        partitioning = search(graph, candidates, costs, estimator.transition_cost)
+        with _timed(timings, "search"):
+            partitioning = search(graph, candidates, costs, estimator.transition_cost)
+        alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
+                                           estimator.transition_cost) if verify else [])
     finally:
         if own and hasattr(estimator, "close"):
             estimator.close()
-    rows = report_rows(graph, partitioning, fn)
+    pristine = clone_module(module) if alternatives else None
+    with _timed(timings, "compile"):
+        result = build(module, graph, partitioning)
+    if alternatives:
+        with _timed(timings, "verify"):
+            result = _verified(result, pristine, alternatives, verify_budget_s)
+    result.backends_considered = names
+    result.candidates = candidates
+    result.timings = timings
+    return result
+
+
+def build(module: ir.Module, graph: DataflowGraph, partitioning: Partitioning
+          ) -> PartitionedModel:
+    """Stamp `partitioning` on the module's function, outline it and compile every region."""
     from collage_mlir.passes.outline import outline_function
     from collage_mlir.passes.search import write_partitioning
 
+    fn = graph.func_op
+    rows = report_rows(graph, partitioning, fn)
     write_partitioning(fn, partitioning)
     outline_function(fn)
     result = PartitionedModel.from_module(module, report_rows=rows,
                                           estimated_cost=partitioning.total_cost)
-    result.backends_considered = names
-    result.candidates = candidates
     result.partitioning = partitioning
+    return result
+
+
+def _verified(split: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
+              budget_s: float) -> PartitionedModel:
+    """`split`, or the whole-model alternative that ran faster end to end (built on
+    `pristine`, a copy of the module taken before outlining)."""
+    inputs = random_inputs(pristine)
+    runners = {SPLIT: split.run}
+    by_name = {}
+    for alt in alternatives:
+        name = f"{alt.choices[0].candidate.backend} whole"
+        try:
+            runners[name] = whole_model_runner(pristine, alt.choices[0].candidate.backend)
+        except Exception:  # measured fine in the worker, fails here: not a contender
+            continue
+        by_name[name] = alt
+    rounds = rounds_for([split.estimated_cost or 0.0] +
+                        [a.total_cost for a in by_name.values()], budget_s)
+    verdict = fastest(runners, inputs, rounds, prefer=SPLIT)
+    if verdict.kept == SPLIT:
+        split.verdict = verdict
+        return split
+    alt = by_name[verdict.kept]
+    graph = DataflowGraph(functions(pristine.operation)[0])
+    cand = alt.choices[0].candidate
+    whole = CandidatePartition(SubGraph(graph, graph.op_bits), cand.backend, cand.rule_name)
+    rebased = Partitioning(graph, (Choice(whole, alt.choices[0].cost),), alt.total_cost,
+                           alt.transition_cost)
+    result = build(pristine, graph, rebased)
+    result.verdict = verdict
     return result
 
 

@@ -15,6 +15,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON placement file pinning or excluding backends per op")
     p.add_argument("--cost", default="measure",
                    help="'measure' (real backends) or 'table:FILE' (a cost table)")
+    p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
+                   help="keep the search's pick without timing it end to end against the "
+                        "backends running the whole model")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +32,7 @@ def compile_from_args(model: str, args: argparse.Namespace):
     backends = [b for b in args.backends.split(",") if b] or None
     return collage_mlir.compile(model, backends=backends, cache=args.cache,
                                 max_depth=args.max_depth, placement=args.placement,
-                                cost=args.cost, progress=True)
+                                cost=args.cost, progress=True, verify=args.verify)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import ReportRow, format_report
+from collage_mlir.runtime.verify import Verdict
 
 FORMAT = "collage_mlir.partitioned/1"
 Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -39,6 +40,19 @@ def region_module(fn: ir.Operation) -> ir.Module:
     return module
 
 
+def clone_module(module: ir.Module) -> ir.Module:
+    """A copy of `module` (attributes and top-level ops) in the same context: outlining
+    rewrites a module in place, so keep a copy when another decision may still be built."""
+    with module.context, ir.Location.unknown():
+        copy = ir.Module.create()
+        for named in module.operation.attributes:
+            copy.operation.attributes[named.name] = named.attr
+        with ir.InsertionPoint(copy.body):
+            for op in module.body.operations:
+                op.clone()
+    return copy
+
+
 class PartitionedModel:
     """A model split across backends, ready to `run`; see `collage_mlir.compile`."""
 
@@ -51,10 +65,14 @@ class PartitionedModel:
         self.backends = backends
         self.report_rows = report_rows or []
         self.estimated_cost = estimated_cost
-        # filled by `collage_mlir.compile` (not saved): what the search saw and chose
+        # filled by `collage_mlir.compile` (not saved): what the search saw and chose, the
+        # end-to-end check (a `Verdict`, None when there was nothing to check) and the
+        # seconds each phase took
         self.backends_considered: list[str] = sorted(backends)
         self.candidates: list = []
         self.partitioning = None
+        self.verdict = None
+        self.timings: dict[str, float] = {}
 
     # -- building -----------------------------------------------------------------------
 
@@ -128,7 +146,12 @@ class PartitionedModel:
         return list(self.plan.output_names)
 
     def report(self) -> str:
-        return format_report(self.report_rows, self.estimated_cost)
+        lines = [format_report(self.report_rows, self.estimated_cost)]
+        if self.verdict is not None:
+            lines.append(self.verdict.summary())
+        if self.timings:
+            lines.append("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
+        return "\n".join(lines)
 
     # -- persistence --------------------------------------------------------------------
 
@@ -150,6 +173,7 @@ class PartitionedModel:
         manifest = {"format": FORMAT, "entry": self.plan.entry,
                     "inputs": self.plan.input_names, "outputs": self.plan.output_names,
                     "estimated_cost": self.estimated_cost, "regions": entries,
+                    "verdict": self.verdict.to_json() if self.verdict else None,
                     "report": [r.to_json() for r in self.report_rows]}
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
         return out
@@ -182,4 +206,7 @@ def load(directory: str | os.PathLike) -> PartitionedModel:
         kernels[entry["name"]] = (backends[name].load_kernel(module_r, stem) if same
                                   and entry["artifacts"] else backends[name].compile(module_r))
     rows = [ReportRow.from_json(r) for r in manifest.get("report", [])]
-    return PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"))
+    model = PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"))
+    if manifest.get("verdict"):
+        model.verdict = Verdict(**manifest["verdict"])
+    return model

@@ -1,0 +1,160 @@
+"""The end-to-end check: a split pick against whole-model alternatives (runtime/verify.py).
+
+The decision wiring is tested with injected timings (no wall clock); one test runs the real
+timing and checks only what it records.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import light_model_path
+from iree.compiler import ir
+from onnx import TensorProto, helper
+
+import collage_mlir
+from collage_mlir.backends.registry import available_backends
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.runtime import verify
+from collage_mlir.runtime.compare import Timing, max_abs_diff, random_inputs, whole_model_runner
+
+GRAPH_BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
+needs_two = pytest.mark.skipif(len(GRAPH_BACKENDS) < 2, reason="needs onnxruntime and openvino")
+
+
+class SplitFavouringEstimator(CostEstimator):
+    """Test double: one-op regions cost 1 µs, larger regions 1.2 µs per op, no hand-off
+    cost — so the search splits every op into its own region, while the whole model is
+    estimated only 20% dearer (inside verify.MARGIN)."""
+
+    def estimate(self, candidates, progress=None):
+        return [1e-6 if len(c.sub_graph.nodes) == 1 else 1.2e-6 * len(c.sub_graph.nodes)
+                for c in candidates]
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return 0.0
+
+
+def relu_chain(n: int = 12) -> ir.Module:
+    nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"t{k}"], [f"t{k + 1}"])
+             for k in range(n)]
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [1, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return collage_mlir.import_onnx(model)
+
+
+def fake_timings(medians: dict[str, float]):
+    """A stand-in for time_side_by_side that reports fixed medians (and runs nothing)."""
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        assert set(runners) == set(medians)
+        return [Timing(n, medians[n], medians[n]) for n in runners]
+    return timer
+
+
+def compile_chain(backends, **kwargs):
+    return collage_mlir.compile(relu_chain(), backends=backends,
+                                estimator=SplitFavouringEstimator(), verify=True, **kwargs)
+
+
+def test_whole_model_kept_when_it_runs_faster(monkeypatch):
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.SPLIT: 2e-3, "onnxruntime whole": 1e-3}))
+    model = compile_chain(["onnxruntime"])
+    assert model.verdict.kept == "onnxruntime whole"
+    assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
+    assert len(model.report_rows) == 1 and "kept onnxruntime whole" in model.report()
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    assert np.allclose(model.run({"t0": x})[0], _chain_ref(x))
+
+
+def _chain_ref(x: np.ndarray, n: int = 12) -> np.ndarray:
+    for k in range(n):
+        x = np.maximum(x, 0) if k % 2 else -x
+    return x
+
+
+def test_split_kept_when_it_runs_faster(monkeypatch):
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.SPLIT: 1e-3, "onnxruntime whole": 2e-3}))
+    model = compile_chain(["onnxruntime"])
+    assert model.verdict.kept == verify.SPLIT
+    assert len(model.plan.steps) == 12
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    assert np.allclose(model.run([x])[0], _chain_ref(x))
+
+
+def test_tie_goes_to_the_whole_model(monkeypatch):
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.SPLIT: 1e-3, "onnxruntime whole": 1e-3}))
+    assert compile_chain(["onnxruntime"]).verdict.kept == "onnxruntime whole"
+
+
+@needs_two
+def test_alternatives_are_cheapest_first_and_within_margin(monkeypatch):
+    seen = {}
+
+    def timer(runners, inputs, **kw):
+        seen.update(runners)
+        return [Timing(n, 1.0 if n == verify.SPLIT else 2.0, 2.0) for n in runners]
+
+    monkeypatch.setattr(verify, "time_side_by_side", timer)
+    model = compile_chain(GRAPH_BACKENDS)
+    assert set(seen) == {verify.SPLIT} | {f"{b} whole" for b in GRAPH_BACKENDS}
+    assert model.verdict.kept == verify.SPLIT
+
+
+def test_no_check_for_a_single_region_or_table_costs(tmp_path):
+    costs = tmp_path / "t.json"
+    costs.write_text(json.dumps({"per_op": {"onnxruntime": {"*": 1.0}},
+                                 "per_call": {"onnxruntime": 0.5}}))
+    model = collage_mlir.compile(relu_chain(), backends=["onnxruntime"], cost=f"table:{costs}")
+    assert model.verdict is None and len(model.plan.steps) == 1
+    # table costs replay a decision: no timing, even when they split the model
+    model = collage_mlir.compile(relu_chain(), backends=["onnxruntime"],
+                                 estimator=SplitFavouringEstimator())
+    assert model.verdict is None and len(model.plan.steps) == 12
+
+
+def test_real_check_times_every_contender_and_saves_the_verdict(tmp_path):
+    model = compile_chain(["onnxruntime"], verify_budget_s=0.2)
+    assert set(model.verdict.timings) == {verify.SPLIT, "onnxruntime whole"}
+    assert all(t > 0 for t in model.verdict.timings.values())
+    assert "verify" in model.timings and "measure" in model.timings
+    loaded = collage_mlir.load(model.save(tmp_path / "out"))
+    assert loaded.verdict.kept == model.verdict.kept
+    assert loaded.verdict.timings == pytest.approx(model.verdict.timings)
+
+
+def test_rounds_fit_the_budget():
+    assert verify.rounds_for([0.1, 0.1], budget_s=3.0) == 15
+    assert verify.rounds_for([0.5, 0.5], budget_s=3.0) == 5
+    assert verify.rounds_for([0.1, 0.2], budget_s=2.5) == 8
+    assert verify.rounds_for([float("nan"), 1e-4], budget_s=1.0) == 15
+
+
+@needs_two
+def test_verified_mix_on_alexnet_matches_onnxruntime(monkeypatch, tmp_path):
+    """A table that mixes backends on alexnet, with the whole-model answer winning the
+    check: the rebuilt model is one region and still computes the model."""
+    table = {"per_op": {"onnxruntime": {"Conv": 3.0, "*": 1.0},
+                        "openvino": {"Conv": 1.0, "*": 2.0}}}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    from collage_mlir.cost.table import TableEstimator
+
+    path = light_model_path("bvlc_alexnet")
+    monkeypatch.setattr(verify, "MARGIN", 100.0)
+    monkeypatch.setattr(verify, "time_side_by_side", lambda runners, inputs, **kw: [
+        Timing(n, 1.0 if n == "openvino whole" else 2.0, 2.0) for n in runners])
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, max_depth=1, verify=True,
+                                 estimator=TableEstimator.from_json(str(costs)))
+    assert model.verdict.kept == "openvino whole"
+    assert [s.backend for s in model.plan.steps] == ["openvino"]
+    original = collage_mlir.import_onnx(path)
+    inputs = random_inputs(original, seed=2)
+    assert max_abs_diff(model.run(inputs), whole_model_runner(original, "onnxruntime")(inputs)) \
+        < 1e-4
