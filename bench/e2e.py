@@ -3,7 +3,8 @@
 For each model: partition with all backends (measured costs, cached), then time side by side
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
-Also prints the estimated cost against the measured latency, and search/measure times.
+Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
+what the end-to-end check kept, and the measure / search / verify seconds of the mix.
 
     python bench/e2e.py [--models alexnet,squeezenet] [--rounds 20] [--cache PATH]
 """
@@ -39,6 +40,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     row["partition_s"] = time.perf_counter() - t0
     row["regions"] = len(mixed.partitioning.choices)
     row["estimated_ms"] = mixed.estimated_cost * 1e3
+    row["phases"] = mixed.timings
+    row["kept"] = mixed.verdict.kept if mixed.verdict else "-"
     runners = {"mix": mixed.run}
     for b in backends:
         try:
@@ -47,8 +50,10 @@ def bench_model(name: str, backends: list[str], args) -> dict:
             row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
         if args.single:
             try:
-                runners[f"{b}/collage"] = collage_mlir.compile(
-                    path, backends=[b], cache=args.cache, max_depth=args.max_depth).run
+                single = collage_mlir.compile(path, backends=[b], cache=args.cache,
+                                              max_depth=args.max_depth)
+                runners[f"{b}/collage"] = single.run
+                row[f"{b}/collage_regions"] = len(single.plan.steps)
             except Exception as e:
                 row[f"{b}/collage_error"] = str(e).splitlines()[0][:80]
     inputs = random_inputs(collage_mlir.import_onnx(path))
@@ -72,8 +77,9 @@ def main() -> None:
     backends = args.backends.split(",")
     cols = ["mix"] + backends + ([f"{b}/collage" for b in backends] if args.single else [])
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
-          + " | mix/best | est. ms | regions | max err | partition s |")
-    print("|---" * (len(cols) + 6) + "|")
+          + " | mix/best | est. ms | est. err | regions | check kept | max err | partition s "
+            "| measure s | search s | verify s |")
+    print("|---" * (len(cols) + 12) + "|")
     for name in args.models.split(","):
         try:
             row = bench_model(name, backends, args)
@@ -82,9 +88,17 @@ def main() -> None:
             continue
         best = min(row[b] for b in backends if b in row)
         cells = [f"{row[c]:.2f}" if c in row else "–" for c in cols]
+        phases = row["phases"]
+        err = (row["estimated_ms"] - row["mix"]) / row["mix"]
         print(f"| {name} | " + " | ".join(cells) + f" | {row['mix'] / best:.2f} | "
-              f"{row['estimated_ms']:.2f} | {row['regions']} | {row.get('max_abs_err', 0):.1e} | "
-              f"{row['partition_s']:.1f} |", flush=True)
+              f"{row['estimated_ms']:.2f} | {err:+.0%} | {row['regions']} | {row['kept']} | "
+              f"{row.get('max_abs_err', 0):.1e} | {row['partition_s']:.1f} | "
+              f"{phases.get('measure', 0):.1f} | {phases.get('search', 0):.2f} | "
+              f"{phases.get('verify', 0):.1f} |", flush=True)
+        singles = {k: v for k, v in row.items() if k.endswith("/collage_regions")}
+        if singles:
+            print("|   single-backend regions: "
+                  + ", ".join(f"{k.split('/')[0]} {v}" for k, v in singles.items()) + " |")
         errors = {k: v for k, v in row.items() if k.endswith("_error")}
         for k, v in errors.items():
             print(f"|   {k}: {v} |")

@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-outputs", metavar="DIR", help="write each output as DIR/<name>.npy")
     p.add_argument("--repeat", type=int, default=0,
                    help="also time N runs and print the median latency")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also time each region's call over N runs and print the report with "
+                        "measured beside estimated cost")
 
 
 def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
@@ -53,4 +56,6 @@ def run(args: argparse.Namespace) -> int:
         (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,
                                  rounds=args.repeat)
         print(f"latency: median {t.median_s * 1e3:.3f} ms, p90 {t.p90_s * 1e3:.3f} ms")
+    if args.profile:
+        print(model.report(measured=model.profile(inputs, rounds=args.profile)))
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -131,6 +132,23 @@ class PartitionedModel:
                 slots[i] = r
         return [np.array(slots[i], copy=True) for i in self.plan.outputs]
 
+    def profile(self, inputs: Inputs, rounds: int = 10) -> dict[str, float]:
+        """Median seconds of each region's call inside whole runs, by region function name:
+        the measured counterpart of each region's estimated cost (each call includes taking
+        its inputs from the previous regions, which the estimate prices as transitions)."""
+        arrays = self._arrange(inputs)
+        samples: dict[str, list[float]] = {s.callee: [] for s in self.plan.steps}
+        for _ in range(rounds + 1):  # the first round warms up and is not kept
+            slots: list[np.ndarray | None] = [None] * self.plan.slot_count
+            slots[: len(arrays)] = arrays
+            for step in self.plan.steps:
+                t0 = time.perf_counter()
+                results = self.kernels[step.callee].run([slots[i] for i in step.args])
+                samples[step.callee].append(time.perf_counter() - t0)
+                for i, r in zip(step.results, results, strict=True):
+                    slots[i] = r
+        return {name: float(np.median(ts[1:])) for name, ts in samples.items()}
+
     # -- inspection ---------------------------------------------------------------------
 
     @property
@@ -145,8 +163,9 @@ class PartitionedModel:
     def output_names(self) -> list[str]:
         return list(self.plan.output_names)
 
-    def report(self) -> str:
-        lines = [format_report(self.report_rows, self.estimated_cost)]
+    def report(self, measured: Mapping[str, float] | None = None) -> str:
+        """The region table; `measured` (from `profile`) adds a measured-ms column."""
+        lines = [format_report(self.report_rows, self.estimated_cost, measured)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
         if self.timings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -36,14 +37,23 @@ def summarize_op_types(types: list[str], limit: int = 4) -> str:
     return ", ".join(parts[:limit]) + (", ..." if len(parts) > limit else "")
 
 
-def format_report(rows: list[ReportRow], total: float | None = None) -> str:
+def format_report(rows: list[ReportRow], total: float | None = None,
+                  measured: Mapping[str, float] | None = None) -> str:
+    """One line per region; `measured` (region → seconds) adds a column beside the
+    estimate, and its sum beside the estimated total."""
     header = ("region", "backend", "ops", "op types", "est. ms", "runner-up", "runner-up ms")
     table = [header] + [(r.region, r.backend, str(r.ops), r.op_types, _ms(r.estimated_cost),
                          r.runner_up or "-", _ms(r.runner_up_cost)) for r in rows]
-    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    if measured is not None:
+        table = [row[:5] + (col,) + row[5:] for row, col in
+                 zip(table, ["measured ms"] + [_ms(measured.get(r.region)) for r in rows],
+                     strict=True)]
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if total is not None:
         lines.append(f"estimated total: {_ms(total)} ms over {len(rows)} regions")
+    if measured is not None:
+        lines.append(f"measured sum of region calls: {_ms(sum(measured.values()))} ms")
     return "\n".join(lines)

@@ -93,3 +93,30 @@ def test_save_and_load_round_trip(backends, tmp_path):
 def test_load_rejects_other_directories(tmp_path):
     with pytest.raises(collage_mlir.CollageError, match="not a saved partitioned model"):
         load(tmp_path)
+
+
+def test_profile_times_every_region_and_the_report_shows_it(model):
+    from collage_mlir.runtime.report import ReportRow
+
+    model.report_rows = [ReportRow(s.callee, s.backend, 1, "X", 1e-3) for s in model.plan.steps]
+    x = np.ones((2, 4), np.float32)
+    measured = model.profile([x, x], rounds=3)
+    assert list(measured) == [s.callee for s in model.plan.steps]
+    assert all(t > 0 for t in measured.values())
+    report = model.report(measured=measured)
+    assert "measured ms" in report.splitlines()[0]
+    assert f"{measured['f_onnxruntime_2'] * 1e3:.3f}" in report
+    assert "measured sum of region calls" in report
+    assert "measured ms" not in model.report()
+
+
+def test_cli_run_profile(model, tmp_path):
+    import subprocess
+    import sys
+
+    model.save(tmp_path / "out")
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.cli", "run",
+                           str(tmp_path / "out"), "--profile", "3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "measured ms" in proc.stdout

@@ -72,7 +72,7 @@ def brute_force(graph, cands, costs, transition) -> float:
 @st.composite
 def problems(draw):
     """A random DAG, random convex candidates plus all singletons, random costs."""
-    _, preds = draw(random_dag(max_nodes=8))
+    _, preds = draw(random_dag(max_nodes=10))
     graph, _ = graph_of(preds)
     ops = list(iter_bits(graph.op_bits))
     cost = st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0])
@@ -114,7 +114,7 @@ def test_search_matches_brute_force(problem):
 @st.composite
 def pair_problems(draw):
     """Every convex pair is a cheap candidate: covers by pairs often hide cycles."""
-    _, preds = draw(random_dag(min_nodes=4, max_nodes=8))
+    _, preds = draw(random_dag(min_nodes=4, max_nodes=10))
     graph, _ = graph_of(preds)
     ops = list(iter_bits(graph.op_bits))
     cands = [cand(graph, [i], "s") for i in ops]
