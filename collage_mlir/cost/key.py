@@ -217,9 +217,10 @@ def host_fingerprint() -> str:
 
 
 def measurement_key(region: RegionKey | str, backend: str, version: str, options: str,
-                    host: str | None = None) -> str:
-    """The cache key of measuring `region` on one backend build on this host."""
+                    host: str | None = None, method: str = "") -> str:
+    """The cache key of measuring `region` on one backend build on this host; `method`
+    names how it was timed (`MeasureSettings.method`): numbers taken another way differ."""
     digest = region.digest if isinstance(region, RegionKey) else region
     host = host_fingerprint() if host is None else host
-    parts = [KEY_VERSION, digest, backend, version, options, host]
+    parts = [KEY_VERSION, digest, backend, version, options, host] + ([method] if method else [])
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

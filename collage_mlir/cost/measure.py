@@ -200,7 +200,8 @@ class MeasuringEstimator(CostEstimator):
         if info is None:
             return None
         _, rk = self.region(candidate.sub_graph)
-        return measurement_key(rk, info.name, info.version, info.options)
+        return measurement_key(rk, info.name, info.version, info.options,
+                               method=self.settings.method)
 
     # -- estimate -----------------------------------------------------------------------
 
@@ -221,7 +222,8 @@ class MeasuringEstimator(CostEstimator):
             if info is None:
                 done += 1  # unknown backend or region: NaN
                 continue
-            key = measurement_key(rk, info.name, info.version, info.options)
+            key = measurement_key(rk, info.name, info.version, info.options,
+                                  method=self.settings.method)
             waiting.setdefault(key, []).append(i)
             rows[key] = (info, text, rk)
         self.stats = EstimateStats(candidates=total, regions=len(waiting))

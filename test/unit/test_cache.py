@@ -156,6 +156,14 @@ def test_measurement_key_covers_backend_version_options_host():
                     ("r", "ort", "1.0", "threads=2", "hostB")):
         assert measurement_key(*changed) != base
     assert "cores:" in host_fingerprint()
+    # hot and cold timings of one region must not share a row
+    from collage_mlir.cost.worker import MeasureSettings
+
+    cold, hot = MeasureSettings().method, MeasureSettings(cold_bytes=0).method
+    assert cold != hot
+    keys = {measurement_key("r", "ort", "1.0", "threads=2", "hostA", method=m)
+            for m in (cold, hot)}
+    assert len(keys) == 2 and base not in keys
 
 
 # -- the cache -----------------------------------------------------------------------------

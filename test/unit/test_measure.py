@@ -31,7 +31,7 @@ HERE = Path(__file__).parent
 NUMPY = "fault_backend:NumpyTestBackend"
 FAULT = "fault_backend:FaultInjectingBackend"
 BATCHING = "fault_backend:BatchingTestBackend"
-FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02)
+FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02, cold_bytes=1 << 20)
 
 MODEL = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -244,3 +244,28 @@ def test_cli_measure_then_cache(tmp_path, capsys):
     assert "fault: 4 (3 ok, 1 invalid)" in stats and "numpy_test: 4 (4 ok)" in stats
     assert main(["measure", str(model), "--backends", "nope", "--cache", cache]) == 1
     assert "no usable backend" in capsys.readouterr().err
+
+
+def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):
+    from collage_mlir.cost import worker
+
+    events: list[str] = []
+
+    class Sweep:
+        def sum(self):
+            events.append("sweep")
+
+    class Kernel:
+        def run(self, inputs):
+            events.append("run")
+            return inputs
+
+    monkeypatch.setattr(worker, "_sweep_buffer", lambda nbytes: Sweep())
+    settings = MeasureSettings(warmup=2, min_runs=4, max_runs=4, budget_s=10.0)
+    times = worker.time_kernel(Kernel(), [], settings)
+    assert len(times) == 4
+    assert events == ["run", "run"] + ["sweep", "run"] * 4  # warmups hot, timed calls cold
+    events.clear()
+    worker.time_kernel(Kernel(), [], MeasureSettings(warmup=1, min_runs=3, max_runs=3,
+                                                     cold_bytes=0))
+    assert events == ["run"] * 4
