@@ -53,10 +53,15 @@ class Timing:
 
 def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
                       rounds: int = 20, warmup: int = 3, inner: int = 1,
-                      seed: int = 0) -> list[Timing]:
-    """Median and p90 per runner. Every round runs each runner once, in a shuffled order, so
+                      seed: int = 0, rewarm: int = 1) -> list[Timing]:
+    """Median and p90 per runner. Every round runs each runner in a shuffled order, so
     no runner always follows the same neighbour (a backend whose threads keep spinning
-    after its call would otherwise slow the same victim every round)."""
+    after its call would otherwise slow the same victim every round), and slow drift of
+    the machine hits all alike. Within a round a runner first gets `rewarm` untimed calls:
+    what is compared is each runner's steady latency when it has the machine, as when it
+    serves alone — not how well it survives the other contenders trampling its caches and
+    thread pools (a mixed zfnet: 14.6 ms alone, 16-17 ms timed right after any one other
+    contender, 21.5 ms among six)."""
     samples: dict[str, list[float]] = {n: [] for n in runners}
     args = list(inputs)
     order = list(runners.items())
@@ -67,6 +72,8 @@ def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
     for _ in range(rounds):
         for k in rng.permutation(len(order)):
             name, r = order[k]
+            for _ in range(rewarm):
+                r(args)
             t0 = time.perf_counter()
             for _ in range(inner):
                 r(args)
