@@ -3,7 +3,7 @@
 The same phases as the passes, in one call, with Python objects in between so a caller can
 hand in its own CostEstimator and get a progress bar:
 import → annotate (candidates) → [placement] → measure/search → outline → compile
-→ [verify: a split pick timed end to end against whole-model alternatives].
+→ [verify: the pick timed end to end against whole-model alternatives].
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.compare import random_inputs, whole_model_runner
 from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, summarize_op_types
-from collage_mlir.runtime.verify import SPLIT, fastest, rounds_for, whole_alternatives
+from collage_mlir.runtime.verify import PICK, fastest, rounds_for, whole_alternatives
 from collage_mlir.search.partitioning import Choice, Partitioning
 
 DEFAULT_MAX_DEPTH = 3
@@ -103,9 +103,9 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             verify_budget_s: float = 3.0) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
-    `verify` (default: on when costs are measured) times a split pick end to end against
-    the backends that could run the whole model for a comparable estimate, and keeps the
-    faster (`collage_mlir.runtime.verify`); `verify_budget_s` bounds that timing.
+    `verify` (default: on when costs are measured) times the pick end to end against the
+    backends that could run the whole model for a comparable estimate, and keeps the
+    fastest (`collage_mlir.runtime.verify`); `verify_budget_s` bounds that timing.
     """
     from collage_mlir.rules.spec import generate_candidates, specs_for
     from collage_mlir.search.search import search
@@ -172,26 +172,28 @@ def build(module: ir.Module, graph: DataflowGraph, partitioning: Partitioning
     return result
 
 
-def _verified(split: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
+def _verified(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
               budget_s: float) -> PartitionedModel:
-    """`split`, or the whole-model alternative that ran faster end to end (built on
+    """`pick`, or the whole-model alternative that ran faster end to end (built on
     `pristine`, a copy of the module taken before outlining)."""
     inputs = random_inputs(pristine)
-    runners = {SPLIT: split.run}
+    runners = {PICK: pick.run}
+    regions = {PICK: len(pick.plan.steps)}
     by_name = {}
     for alt in alternatives:
-        name = f"{alt.choices[0].candidate.backend} whole"
+        backend = alt.choices[0].candidate.backend
+        name = f"{backend} whole"
         try:
-            runners[name] = whole_model_runner(pristine, alt.choices[0].candidate.backend)
+            runners[name] = whole_model_runner(pristine, backend)
         except Exception:  # measured fine in the worker, fails here: not a contender
             continue
-        by_name[name] = alt
-    rounds = rounds_for([split.estimated_cost or 0.0] +
+        by_name[name], regions[name] = alt, 1
+    rounds = rounds_for([pick.estimated_cost or 0.0] +
                         [a.total_cost for a in by_name.values()], budget_s)
-    verdict = fastest(runners, inputs, rounds, prefer=SPLIT)
-    if verdict.kept == SPLIT:
-        split.verdict = verdict
-        return split
+    verdict = fastest(runners, inputs, rounds, regions)
+    if verdict.kept == PICK:
+        pick.verdict = verdict
+        return pick
     alt = by_name[verdict.kept]
     graph = DataflowGraph(functions(pristine.operation)[0])
     cand = alt.choices[0].candidate

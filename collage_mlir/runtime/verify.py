@@ -2,10 +2,11 @@
 
 Why: the search adds up kernels measured one at a time in a worker. The sum is a good guide
 but not the truth — a large kernel timed on a busy moment, hand-offs that cost more in a
-real chain than in the transition experiment. So when the search chose a split and some
-backend could also run the whole model for a comparable estimated cost, both are compiled and
-timed side by side, interleaved, in this process; the split is kept only if it is faster.
-That makes "never slower than the best single backend" a measured fact, not an estimate.
+real chain than in the transition experiment, two backends whose whole-model costs differ
+by less than the noise. So whenever some backend could run the whole model for an estimate
+within MARGIN of the pick (other than the pick itself), both are compiled and timed side by
+side, interleaved, in this process, and the faster is kept. That makes "never slower than the
+best single backend" a measured fact, not an estimate.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Verdict:
         return {"kept": self.kept, "timings": self.timings}
 
 
-SPLIT = "split"
+PICK = "pick"
 """Contender name of the search's own pick."""
 
 
@@ -50,16 +51,16 @@ def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidateParti
                        costs: Sequence[float], pick: Partitioning,
                        transition: Transition | None) -> list[Partitioning]:
     """Single-region partitionings worth timing against `pick`: the cheapest whole-function
-    candidate per backend, estimated within MARGIN of the pick, cheapest first. Empty when
-    the pick is already one whole-function region (there is nothing to check)."""
-    if len(pick.choices) == 1:
-        return []
+    candidate per backend, estimated within MARGIN of the pick, cheapest first, at most
+    MAX_ALTERNATIVES. The pick itself is not among them."""
     best: dict[str, tuple[float, CandidatePartition]] = {}
     for cand, cost in zip(candidates, costs, strict=True):
         if cand.inside != graph.op_bits or not math.isfinite(cost):
             continue
         if cand.backend not in best or cost < best[cand.backend][0]:
             best[cand.backend] = (cost, cand)
+    if len(pick.choices) == 1:
+        best.pop(pick.choices[0].candidate.backend, None)
     out = []
     for cost, cand in sorted(best.values(), key=lambda t: (t[0], t[1].backend)):
         total, moved = evaluate(graph, [cand], [cost], transition)
@@ -75,10 +76,10 @@ def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = 5, hi: int
 
 
 def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: int,
-            prefer: str) -> Verdict:
-    """Time the contenders side by side; the lowest median wins, and any contender other
-    than `prefer` (the split) wins ties: a single region is the simpler deployment."""
+            regions: dict[str, int]) -> Verdict:
+    """Time the contenders side by side; the lowest median wins. Ties go to the contender
+    with fewer regions (the simpler deployment), then to the search's pick."""
     timings: list[Timing] = time_side_by_side(runners, inputs, rounds=rounds, warmup=2)
     medians = {t.name: t.median_s for t in timings}
-    kept = min(medians, key=lambda n: (medians[n], n == prefer))
+    kept = min(medians, key=lambda n: (medians[n], regions[n], n != PICK))
     return Verdict(kept, medians)

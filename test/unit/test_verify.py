@@ -1,4 +1,4 @@
-"""The end-to-end check: a split pick against whole-model alternatives (runtime/verify.py).
+"""The end-to-end check: the search's pick against whole-model alternatives (runtime/verify.py).
 
 The decision wiring is tested with injected timings (no wall clock); one test runs the real
 timing and checks only what it records.
@@ -62,7 +62,7 @@ def compile_chain(backends, **kwargs):
 
 def test_whole_model_kept_when_it_runs_faster(monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side",
-                        fake_timings({verify.SPLIT: 2e-3, "onnxruntime whole": 1e-3}))
+                        fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
     model = compile_chain(["onnxruntime"])
     assert model.verdict.kept == "onnxruntime whole"
     assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
@@ -79,9 +79,9 @@ def _chain_ref(x: np.ndarray, n: int = 12) -> np.ndarray:
 
 def test_split_kept_when_it_runs_faster(monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side",
-                        fake_timings({verify.SPLIT: 1e-3, "onnxruntime whole": 2e-3}))
+                        fake_timings({verify.PICK: 1e-3, "onnxruntime whole": 2e-3}))
     model = compile_chain(["onnxruntime"])
-    assert model.verdict.kept == verify.SPLIT
+    assert model.verdict.kept == verify.PICK
     assert len(model.plan.steps) == 12
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
     assert np.allclose(model.run([x])[0], _chain_ref(x))
@@ -89,7 +89,7 @@ def test_split_kept_when_it_runs_faster(monkeypatch):
 
 def test_tie_goes_to_the_whole_model(monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side",
-                        fake_timings({verify.SPLIT: 1e-3, "onnxruntime whole": 1e-3}))
+                        fake_timings({verify.PICK: 1e-3, "onnxruntime whole": 1e-3}))
     assert compile_chain(["onnxruntime"]).verdict.kept == "onnxruntime whole"
 
 
@@ -99,29 +99,73 @@ def test_alternatives_are_cheapest_first_and_within_margin(monkeypatch):
 
     def timer(runners, inputs, **kw):
         seen.update(runners)
-        return [Timing(n, 1.0 if n == verify.SPLIT else 2.0, 2.0) for n in runners]
+        return [Timing(n, 1.0 if n == verify.PICK else 2.0, 2.0) for n in runners]
 
     monkeypatch.setattr(verify, "time_side_by_side", timer)
     model = compile_chain(GRAPH_BACKENDS)
-    assert set(seen) == {verify.SPLIT} | {f"{b} whole" for b in GRAPH_BACKENDS}
-    assert model.verdict.kept == verify.SPLIT
+    assert set(seen) == {verify.PICK} | {f"{b} whole" for b in GRAPH_BACKENDS}
+    assert model.verdict.kept == verify.PICK
 
 
-def test_no_check_for_a_single_region_or_table_costs(tmp_path):
-    costs = tmp_path / "t.json"
-    costs.write_text(json.dumps({"per_op": {"onnxruntime": {"*": 1.0}},
-                                 "per_call": {"onnxruntime": 0.5}}))
+def whole_favouring(tmp_path, ov_factor: float = 1.1) -> str:
+    """A table where the whole function as one region is cheapest on every backend, and
+    onnxruntime's whole model is estimated a little cheaper than openvino's."""
+    costs = tmp_path / "whole.json"
+    costs.write_text(json.dumps({"per_op": {"onnxruntime": {"*": 1.0},
+                                            "openvino": {"*": ov_factor}},
+                                 "per_call": {"onnxruntime": 0.5, "openvino": 0.5}}))
+    return str(costs)
+
+
+def test_no_check_with_table_costs_or_without_an_alternative(tmp_path):
+    costs = whole_favouring(tmp_path)
     model = collage_mlir.compile(relu_chain(), backends=["onnxruntime"], cost=f"table:{costs}")
     assert model.verdict is None and len(model.plan.steps) == 1
     # table costs replay a decision: no timing, even when they split the model
     model = collage_mlir.compile(relu_chain(), backends=["onnxruntime"],
                                  estimator=SplitFavouringEstimator())
     assert model.verdict is None and len(model.plan.steps) == 12
+    # one region, and no other backend to run the whole model: nothing to compare
+    from collage_mlir.cost.table import TableEstimator
+
+    model = collage_mlir.compile(relu_chain(), backends=["onnxruntime"], verify=True,
+                                 estimator=TableEstimator.from_json(costs))
+    assert model.verdict is None
+
+
+@needs_two
+@pytest.mark.parametrize("medians,kept", [((1.0, 2.0), "pick"), ((2.0, 1.0), "openvino whole"),
+                                          ((1.0, 1.0), "pick")])
+def test_a_one_region_pick_is_checked_against_other_backends(tmp_path, monkeypatch,
+                                                              medians, kept):
+    """Two backends' whole models estimated within the noise of each other: the faster
+    one end to end is kept; on a tie, the pick."""
+    from collage_mlir.cost.table import TableEstimator
+
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: medians[0], "openvino whole": medians[1]}))
+    model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
+    assert model.verdict.kept == kept
+    want = "onnxruntime" if kept == verify.PICK else "openvino"
+    assert [s.backend for s in model.plan.steps] == [want]
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    assert np.allclose(model.run([x])[0], _chain_ref(x))
+
+
+@needs_two
+def test_a_far_dearer_whole_model_is_not_timed(tmp_path):
+    from collage_mlir.cost.table import TableEstimator
+
+    model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 estimator=TableEstimator.from_json(
+                                     whole_favouring(tmp_path, ov_factor=2.0)))
+    assert model.verdict is None and [s.backend for s in model.plan.steps] == ["onnxruntime"]
 
 
 def test_real_check_times_every_contender_and_saves_the_verdict(tmp_path):
     model = compile_chain(["onnxruntime"], verify_budget_s=0.2)
-    assert set(model.verdict.timings) == {verify.SPLIT, "onnxruntime whole"}
+    assert set(model.verdict.timings) == {verify.PICK, "onnxruntime whole"}
     assert all(t > 0 for t in model.verdict.timings.values())
     assert "verify" in model.timings and "measure" in model.timings
     loaded = collage_mlir.load(model.save(tmp_path / "out"))
