@@ -3,6 +3,8 @@
 For each model: partition with all backends (measured costs, cached), then time side by side
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
+"noise" is how far two instances of the same whole model (X and X#2, `--controls`) land
+apart in the same run: a mix/best ratio inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 what the end-to-end check kept, and the measure / search / verify seconds of the mix.
 
@@ -56,6 +58,9 @@ def bench_model(name: str, backends: list[str], args) -> dict:
                 row[f"{b}/collage_regions"] = len(single.plan.steps)
             except Exception as e:
                 row[f"{b}/collage_error"] = str(e).splitlines()[0][:80]
+    for b in args.controls.split(","):
+        if b in runners:  # a second, independent instance of X alone: the noise floor
+            runners[f"{b}#2"] = whole_model_runner(collage_mlir.import_onnx(path), b)
     inputs = random_inputs(collage_mlir.import_onnx(path))
     if "onnxruntime" in runners:
         row["max_abs_err"] = max_abs_diff(mixed.run(inputs), runners["onnxruntime"](inputs))
@@ -73,13 +78,16 @@ def main() -> None:
     p.add_argument("--max-depth", type=int, default=None)
     p.add_argument("--no-single", dest="single", action="store_false",
                    help="skip the single-backend partitions")
+    p.add_argument("--controls", default="onnxruntime,openvino",
+                   help="backends timed twice (two instances of the same whole model): "
+                        "how far apart identical contenders land in this run")
     args = p.parse_args()
     backends = args.backends.split(",")
     cols = ["mix"] + backends + ([f"{b}/collage" for b in backends] if args.single else [])
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
-          + " | mix/best | est. ms | est. err | regions | check kept | max err | partition s "
-            "| measure s | search s | verify s |")
-    print("|---" * (len(cols) + 12) + "|")
+          + " | mix/best | noise | est. ms | est. err | regions | check kept | max err "
+            "| partition s | measure s | search s | verify s |")
+    print("|---" * (len(cols) + 13) + "|")
     for name in args.models.split(","):
         try:
             row = bench_model(name, backends, args)
@@ -87,10 +95,13 @@ def main() -> None:
             print(f"| {name} | failed: {e} |")
             continue
         best = min(row[b] for b in backends if b in row)
+        noise = max((abs(row[f"{b}#2"] / row[b] - 1) for b in backends if f"{b}#2" in row),
+                    default=0.0)
         cells = [f"{row[c]:.2f}" if c in row else "–" for c in cols]
         phases = row["phases"]
         err = (row["estimated_ms"] - row["mix"]) / row["mix"]
         print(f"| {name} | " + " | ".join(cells) + f" | {row['mix'] / best:.2f} | "
+              f"±{noise:.0%} | "
               f"{row['estimated_ms']:.2f} | {err:+.0%} | {row['regions']} | {row['kept']} | "
               f"{row.get('max_abs_err', 0):.1e} | {row['partition_s']:.1f} | "
               f"{phases.get('measure', 0):.1f} | {phases.get('search', 0):.2f} | "
