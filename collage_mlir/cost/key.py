@@ -10,7 +10,9 @@ position (SSA names, the function name and `collage.*` attributes never matter),
   because those values change what the region computes and how fast;
 - a bigger blob (weights) by its size only — its shape and dtype are already in the attribute's
   type. Weight values do not change a dense kernel's latency, and keying on them would make
-  every residual block of a real ResNet a separate measurement instead of one.
+  every residual block of a real ResNet a separate measurement instead of one. Except one
+  kind: a splat (one value repeated) is marked as such, since a compiler may fold it — IREE
+  turns a Gemm with splat weights into a reduction, 7x faster than the dense product.
 
 The blobs are only visible in the printed module's `dialect_resources` section (the Python
 bindings cannot read them back), so the region key is computed from the printed text, which
@@ -81,7 +83,15 @@ def _blob_token(hex_blob: str | None) -> str:
     nbytes = len(hex_blob) // 2
     if nbytes <= SMALL_CONSTANT_BYTES:
         return "v" + hashlib.sha256(hex_blob.encode()).hexdigest()[:32]
-    return f"large{nbytes}"
+    return f"large{nbytes}" + ("splat" if _is_splat(hex_blob) else "")
+
+
+def _is_splat(hex_blob: str) -> bool:
+    """True when the blob repeats one element of 1, 2, 4 or 8 bytes (a periodic hex string:
+    equal to itself shifted by one element). The head is checked first: weights fail fast."""
+    head = hex_blob[:4096]
+    return any(len(hex_blob) % w == 0 and head[w:] == head[:-w] and hex_blob[w:] == hex_blob[:-w]
+               for w in (2, 4, 8, 16))
 
 
 def _nbytes(t: ir.Type) -> int:
@@ -103,7 +113,8 @@ class _Canonicalizer:
 
     def attr(self, attr: ir.Attribute) -> str:
         if isinstance(attr, ir.DenseElementsAttr) and _nbytes(attr.type) > SMALL_CONSTANT_BYTES:
-            return f"dense<large> : {attr.type}"  # a big inline constant: size only, like blobs
+            splat = " splat" if attr.is_splat else ""  # size only, like blobs (see above)
+            return f"dense<large{splat}> : {attr.type}"
         text = str(attr)
         if "dense_resource<" not in text:
             return text

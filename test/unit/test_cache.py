@@ -134,6 +134,18 @@ def test_large_constants_keyed_by_size_not_values():
     assert key(ones) == key(twos)
     assert key(ones) != key("{" + ", ".join(["1.0"] * (n + 1)) + "}", n + 1)
     assert key("{" + ", ".join(["1.0"] * n) + "}") == key("{" + ", ".join(["2.0"] * n) + "}")
+    # a splat may be folded by a compiler: it is not keyed like dense weights of its size
+    assert key("{" + ", ".join(["1.0"] * n) + "}") != key(ones)
+
+
+def test_splat_blobs_are_marked():
+    from collage_mlir.cost.key import _blob_token
+
+    size = 2 * SMALL_CONSTANT_BYTES
+    assert _blob_token("3F800000" * (size // 4)) == f"large{size}splat"  # f32 1.0 repeated
+    assert _blob_token("00" * size) == f"large{size}splat"
+    assert _blob_token("0000803F" * (size // 4 - 1) + "00000040") == f"large{size}"
+    assert _blob_token("".join(f"{i % 256:02X}" for i in range(size))) == f"large{size}"
 
 
 def test_repeated_blocks_of_resnet_share_keys():
