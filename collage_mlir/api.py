@@ -135,8 +135,9 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     try:
         with _timed(timings, "measure"):
             costs = estimator.estimate(candidates, progress=bar)
-        if bar:
-            bar.close()
+            if bar:
+                bar.close()
+            _measure_hand_offs(estimator, names, ProgressBar("hand-offs") if progress else None)
         with _timed(timings, "search"):
             partitioning = search(graph, candidates, costs, estimator.transition_cost)
         alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
@@ -154,6 +155,19 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     result.candidates = candidates
     result.timings = timings
     return result
+
+
+def _measure_hand_offs(estimator: CostEstimator, names: Sequence[str], bar) -> None:
+    """Ask for every backend pair's hand-off cost once, before the search: a measuring
+    estimator runs its transition experiment here (about a minute on an empty cache) rather
+    than lazily inside the search, so the phase timings say where the time went."""
+    pairs = [(a, b) for a in names for b in names]
+    for k, (a, b) in enumerate(pairs):
+        estimator.transition_cost(a, b, 0)
+        if bar:
+            bar(k + 1, len(pairs))
+    if bar:
+        bar.close()
 
 
 def build(module: ir.Module, graph: DataflowGraph, partitioning: Partitioning

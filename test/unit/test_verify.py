@@ -202,3 +202,30 @@ def test_verified_mix_on_alexnet_matches_onnxruntime(monkeypatch, tmp_path):
     inputs = random_inputs(original, seed=2)
     assert max_abs_diff(model.run(inputs), whole_model_runner(original, "onnxruntime")(inputs)) \
         < 1e-4
+
+
+def test_hand_offs_are_costed_before_the_search(monkeypatch):
+    """Every backend pair's transition is asked for in the measure phase, so a measuring
+    estimator's transition experiment is not billed to the search."""
+    import importlib
+
+    search_mod = importlib.import_module("collage_mlir.search.search")
+
+    asked: list[tuple[str, str]] = []
+    seen_at_search: list[set] = []
+
+    class Recording(SplitFavouringEstimator):
+        def transition_cost(self, src_backend, dst_backend, nbytes):
+            asked.append((src_backend, dst_backend))
+            return 0.0
+
+    real_search = search_mod.search
+
+    def spy(*args, **kwargs):
+        seen_at_search.append(set(asked))
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(search_mod, "search", spy)
+    names = ["onnxruntime", *GRAPH_BACKENDS[1:]]
+    collage_mlir.compile(relu_chain(), backends=names, estimator=Recording(), verify=False)
+    assert seen_at_search and seen_at_search[0] >= {(a, b) for a in names for b in names}
