@@ -198,10 +198,14 @@ def _verified(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Pa
         backend = alt.choices[0].candidate.backend
         name = f"{backend} whole"
         try:
-            runners[name] = whole_model_runner(pristine, backend)
+            runner = whole_model_runner(pristine, backend)
+            runner(inputs)
         except Exception:  # measured fine in the worker, fails here: not a contender
             continue
+        runners[name] = runner
         by_name[name], regions[name] = alt, 1
+    if not by_name:
+        return pick
     rounds = rounds_for([pick.estimated_cost or 0.0] +
                         [a.total_cost for a in by_name.values()], budget_s)
     verdict = fastest(runners, inputs, rounds, regions)

@@ -229,3 +229,21 @@ def test_hand_offs_are_costed_before_the_search(monkeypatch):
     names = ["onnxruntime", *GRAPH_BACKENDS[1:]]
     collage_mlir.compile(relu_chain(), backends=names, estimator=Recording(), verify=False)
     assert seen_at_search and seen_at_search[0] >= {(a, b) for a in names for b in names}
+
+
+@needs_two
+def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch):
+    """A whole model that cannot run in this process drops out of the check; the pick stays."""
+    from collage_mlir import api
+    from collage_mlir.cost.table import TableEstimator
+
+    def broken(module, backend):
+        def run(arrays):
+            raise RuntimeError(f"{backend} broke")
+        return run
+
+    monkeypatch.setattr(api, "whole_model_runner", broken)
+    model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
+    assert model.verdict is None  # nothing left to compare with
+    assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
