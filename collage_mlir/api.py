@@ -216,8 +216,11 @@ def _verified(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Pa
     graph = DataflowGraph(functions(pristine.operation)[0])
     cand = alt.choices[0].candidate
     whole = CandidatePartition(SubGraph(graph, graph.op_bits), cand.backend, cand.rule_name)
-    rebased = Partitioning(graph, (Choice(whole, alt.choices[0].cost),), alt.total_cost,
-                           alt.transition_cost)
+    lost = pick.partitioning.choices if pick.partitioning else ()
+    runner_up = lost[0] if len(lost) == 1 else None  # a one-region pick: the same nodes
+    rebased = Partitioning(graph, (Choice(
+        whole, alt.choices[0].cost, runner_up.candidate if runner_up else None,
+        runner_up.cost if runner_up else None),), alt.total_cost, alt.transition_cost)
     result = build(pristine, graph, rebased)
     result.verdict = verdict
     return result

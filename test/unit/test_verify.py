@@ -149,6 +149,8 @@ def test_a_one_region_pick_is_checked_against_other_backends(tmp_path, monkeypat
     assert model.verdict.kept == kept
     want = "onnxruntime" if kept == verify.PICK else "openvino"
     assert [s.backend for s in model.plan.steps] == [want]
+    (row,) = model.report_rows
+    assert row.runner_up == ("openvino" if want == "onnxruntime" else "onnxruntime")
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
     assert np.allclose(model.run([x])[0], _chain_ref(x))
 
