@@ -48,8 +48,9 @@ class MeasureSettings:
     less than `settle` (relative) over the last `settle_window` calls, or `budget_s` is spent
     (at least `min_runs_on_budget` calls), or `max_runs`. Big kernels live on that floor: at
     3 calls one slow call in a busy moment moved IREE's whole-alexnet median by 10% and the
-    search split a model that runs faster whole; 5 calls outvote two outliers. Check: every output element within
-    `atol_scale * max(1, max|ref|) + rtol * |ref|` of the reference. fp32 backends differ
+    search split a model that runs faster whole; 5 calls outvote two outliers.
+    Check: every output element within `atol_scale * max(1, max|ref|) + rtol * |ref|` of the
+    reference. fp32 backends differ
     more than reordering alone suggests: OpenVINO's whole squeezenet (26 convolutions, some
     Winograd) is 1e-3 off onnxruntime on a softmax output of magnitude 1, which the first,
     tighter bounds (1e-4, 1e-3) wrongly called invalid. A wrong kernel is off by far more.

@@ -23,7 +23,7 @@ from collage_mlir.runtime.compare import Runner, Timing, time_side_by_side
 from collage_mlir.search.partitioning import Choice, Partitioning, Transition, evaluate
 
 MARGIN = 1.5
-"""Whole-model alternatives estimated above MARGIN x the split's estimate are not tried."""
+"""Whole-model alternatives estimated above MARGIN x the pick's estimate are not tried."""
 
 MAX_ALTERNATIVES = 2
 
