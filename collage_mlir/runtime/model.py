@@ -123,14 +123,22 @@ class PartitionedModel:
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run end to end: inputs by name (dict) or in order (list); outputs in order."""
+        slots = self._execute(self._arrange(inputs))
+        return [np.array(slots[i], copy=True) for i in self.plan.outputs]
+
+    def _execute(self, arrays: list[np.ndarray],
+                 times: dict[str, list[float]] | None = None) -> list[np.ndarray | None]:
+        """Call every region in plan order over slots; `times` collects each call's seconds."""
         slots: list[np.ndarray | None] = [None] * self.plan.slot_count
-        slots[: len(self.plan.inputs)] = self._arrange(inputs)
-        kernels = self.kernels
+        slots[: len(arrays)] = arrays
         for step in self.plan.steps:
-            results = kernels[step.callee].run([slots[i] for i in step.args])
+            t0 = time.perf_counter()
+            results = self.kernels[step.callee].run([slots[i] for i in step.args])
+            if times is not None:
+                times[step.callee].append(time.perf_counter() - t0)
             for i, r in zip(step.results, results, strict=True):
                 slots[i] = r
-        return [np.array(slots[i], copy=True) for i in self.plan.outputs]
+        return slots
 
     def profile(self, inputs: Inputs, rounds: int = 10) -> dict[str, float]:
         """Median seconds of each region's call inside whole runs, by region function name:
@@ -139,14 +147,7 @@ class PartitionedModel:
         arrays = self._arrange(inputs)
         samples: dict[str, list[float]] = {s.callee: [] for s in self.plan.steps}
         for _ in range(rounds + 1):  # the first round warms up and is not kept
-            slots: list[np.ndarray | None] = [None] * self.plan.slot_count
-            slots[: len(arrays)] = arrays
-            for step in self.plan.steps:
-                t0 = time.perf_counter()
-                results = self.kernels[step.callee].run([slots[i] for i in step.args])
-                samples[step.callee].append(time.perf_counter() - t0)
-                for i, r in zip(step.results, results, strict=True):
-                    slots[i] = r
+            self._execute(arrays, samples)
         return {name: float(np.median(ts[1:])) for name, ts in samples.items()}
 
     # -- inspection ---------------------------------------------------------------------
