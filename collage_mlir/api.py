@@ -30,6 +30,7 @@ from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, summarize_op_types
 from collage_mlir.runtime.verify import PICK, fastest, rounds_for, whole_alternatives
 from collage_mlir.search.partitioning import Choice, Partitioning
+from collage_mlir.static_shapes import InputShapes
 
 DEFAULT_MAX_DEPTH = 3
 DEFAULT_MAX_EXITS = 1
@@ -37,19 +38,23 @@ DEFAULT_MAX_EXITS = 1
 ModelInput = str | os.PathLike | onnx.ModelProto | ir.Module
 
 
-def load_module(model: ModelInput) -> ir.Module:
-    """An MLIR module from a path (.onnx or .mlir), a ModelProto or a module (used as is)."""
+def load_module(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Module:
+    """An MLIR module from a path (.onnx or .mlir), a ModelProto or a module (used as is).
+
+    `input_shapes` (name → dims) specialises an ONNX model's dynamic inputs; MLIR input is
+    static already (it was imported) and takes none."""
+    if isinstance(model, onnx.ModelProto) or (
+            not isinstance(model, ir.Module) and Path(model).suffix != ".mlir"):
+        return import_onnx(model, input_shapes=input_shapes)
+    if input_shapes:
+        raise CollageError("input shapes apply to ONNX models; MLIR input is static already")
     if isinstance(model, ir.Module):
         return model
-    if isinstance(model, onnx.ModelProto):
-        return import_onnx(model)
     path = Path(model)
-    if path.suffix == ".mlir":
-        try:
-            return parse_mlir(path.read_text(), str(path))
-        except OSError as e:
-            raise CollageError(f"{path}: {e.strerror}") from None
-    return import_onnx(path)
+    try:
+        return parse_mlir(path.read_text(), str(path))
+    except OSError as e:
+        raise CollageError(f"{path}: {e.strerror}") from None
 
 
 def resolve_backends(names: Sequence[str] | None, say=print) -> list[str]:
@@ -100,19 +105,22 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             max_exits: int = DEFAULT_MAX_EXITS, placement: str | os.PathLike | None = None,
             cost: str = "measure", estimator: CostEstimator | None = None,
             progress: bool = False, verify: bool | None = None,
-            verify_budget_s: float = 3.0) -> PartitionedModel:
+            verify_budget_s: float = 3.0,
+            input_shapes: InputShapes | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
     `verify` (default: on when costs are measured) times the pick end to end against the
     backends that could run the whole model for a comparable estimate, and keeps the
     fastest (`collage_mlir.runtime.verify`); `verify_budget_s` bounds that timing.
+    `input_shapes` (input name → dims) makes a model with dynamic inputs static; the result
+    runs on those shapes only.
     """
     from collage_mlir.rules.spec import generate_candidates, specs_for
     from collage_mlir.search.search import search
 
     timings: dict[str, float] = {}
     with _timed(timings, "import"):
-        module = load_module(model)
+        module = load_module(model, input_shapes)
     names = resolve_backends(backends)
     fns = functions(module.operation)
     if len(fns) != 1:
@@ -139,7 +147,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
                 bar.close()
             _measure_hand_offs(estimator, names, ProgressBar("hand-offs") if progress else None)
         with _timed(timings, "search"):
-            partitioning = search(graph, candidates, costs, estimator.transition_cost)
+            partitioning = search(graph, candidates, costs, estimator.transition_cost,
+                                  reason=estimator.reason)
         alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
                                            estimator.transition_cost) if verify else [])
     finally:

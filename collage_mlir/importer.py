@@ -1,6 +1,7 @@
 """ONNX → MLIR import, in process, into the ONNX-in-MLIR form (`torch.operator "onnx.X"`).
 
-Shape inference runs first so every value has a static type. Initializers become
+Every value gets a static type first (`static_shapes`: inputs specialised, shape
+computations folded). Initializers become
 `onnx.Constant` ops with `dense_resource` blobs that live in the module's resource section;
 `collage_mlir.export.resources` reads them back for the exporter.
 """
@@ -18,6 +19,7 @@ from iree.compiler.extras import onnx_importer
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
+from collage_mlir.static_shapes import InputShapes, make_static
 
 ModelLike = str | os.PathLike | onnx.ModelProto
 
@@ -56,15 +58,6 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
         raise CollageError(f"{label}: malformed model: {first}") from None
 
 
-def infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
-    """Static shapes for every value (data propagation resolves Reshape targets)."""
-    try:
-        return onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
-    except Exception as e:
-        first = str(e).strip().splitlines()[0]
-        raise CollageError(f"{label}: shape inference failed: {first}") from None
-
-
 MIN_OPSET = 17
 """Older models are upgraded to this opset on import: IREE's ONNX input conversion only knows
 the modern forms of many ops (opset-9 MaxPool, BatchNormalization, Add ... are refused),
@@ -86,18 +79,25 @@ def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
 
 
 def import_onnx(model: ModelLike, context: ir.Context | None = None,
-                min_opset: int | None = MIN_OPSET) -> ir.Module:
+                min_opset: int | None = MIN_OPSET,
+                input_shapes: InputShapes | None = None) -> ir.Module:
     """Import an ONNX model (path or ModelProto) as an MLIR module with one `func.func`.
 
-    The function carries the ONNX input and output names as `collage.input_names` /
-    `collage.output_names`, and the opset as `torch.onnx_meta.opset_version` (models older
-    than `min_opset` are upgraded first; None keeps the model's own opset).
+    Every value gets a static shape: dynamic inputs take `input_shapes` (name → dims; an
+    input left dynamic is an error naming it), and shape computations are folded
+    (`collage_mlir.static_shapes`). The function carries the ONNX input and output names as
+    `collage.input_names` / `collage.output_names`, and the opset as
+    `torch.onnx_meta.opset_version` (models older than `min_opset` are upgraded first; None
+    keeps the model's own opset). A ModelProto passed in is not modified.
     """
     proto, label = load_model(model)
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
     check_model(proto, label)
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
-    proto = infer_shapes(proto, label)
+    proto = make_static(proto, label, input_shapes)
     context = context or make_context()
     try:
         with warnings.catch_warnings():

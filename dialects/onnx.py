@@ -20,6 +20,7 @@ CONSTANT_OPS = frozenset({"Constant"})
 CONSTANT_FOLDABLE_OPS = frozenset({"ConstantOfShape"})
 """Ops that are constant when all their inputs are (the light models' weights come from these)."""
 
+_NAME_LOC = re.compile(r'loc\("(.*)"\)')
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([\w]+)>")
 
 
@@ -29,6 +30,12 @@ def op_type(op: ir.Operation) -> str | None:
         return None
     name = ir.StringAttr(op.attributes["name"]).value
     return name[5:] if name.startswith("onnx.") else name
+
+
+def node_name(op: ir.Operation) -> str:
+    """The ONNX node name the importer kept as the op's location ("" when it had none)."""
+    m = _NAME_LOC.fullmatch(str(op.location))
+    return m.group(1) if m else ""
 
 
 def attributes(op: ir.Operation) -> dict[str, ir.Attribute]:

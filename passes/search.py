@@ -61,7 +61,8 @@ class SearchPass(CollagePass):
         try:
             for fn, graph, cands in work:
                 costs = estimator.estimate(cands)
-                result = search(graph, cands, costs, estimator.transition_cost, self.unknown)
+                result = search(graph, cands, costs, estimator.transition_cost, self.unknown,
+                                estimator.reason)
                 write_partitioning(fn, result)
         finally:
             close = getattr(estimator, "close", None)
@@ -87,7 +88,8 @@ def search_function(func_op: ir.Operation, estimator: CostEstimator,
                     unknown: str = "raise") -> Partitioning:
     """Python API: cost the annotated candidates of `func_op` and search (IR unchanged)."""
     graph, cands = read_candidates(func_op.operation)
-    return search(graph, cands, estimator.estimate(cands), estimator.transition_cost, unknown)
+    return search(graph, cands, estimator.estimate(cands), estimator.transition_cost, unknown,
+                  estimator.reason)
 
 
 def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("-o", "--output", default="-", help="output .mlir (- = stdout)")
+    add_input_shape_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.importer import import_onnx
 
-    text = str(import_onnx(args.model))
+    text = str(import_onnx(args.model, input_shapes=input_shapes(args)))
     if args.output == "-":
         sys.stdout.write(text)
     else:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
+from collage_mlir.tools.args import add_input_shape_argument, input_shapes
 
 DEFAULT_BACKENDS = "onnxruntime,openvino,iree"
 
@@ -35,9 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transitions", action="store_true",
                    help="also measure (or show cached) hand-off costs between the backends")
     p.add_argument("--all", action="store_true", help="one row per op node, not per region")
+    add_input_shape_argument(p)
 
 
-def load_function(path: str):
+def load_function(path: str, shapes: dict[str, tuple[int, ...]] | None = None):
     """The model's main function, from .onnx (imported) or .mlir (parsed)."""
     from collage_mlir.cost.key import find_function
     from collage_mlir.importer import import_onnx, parse_mlir
@@ -47,7 +49,7 @@ def load_function(path: str):
             raise CollageError(f"{path}: no such file")
         module = parse_mlir(Path(path).read_text(), path)
     else:
-        module = import_onnx(path)
+        module = import_onnx(path, input_shapes=shapes)
     try:
         return module, find_function(module)
     except ValueError:
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         raise CollageError("no usable backend among: " + ", ".join(targets))
     backends = list(est.backends)
     with est:
-        module, fn = load_function(args.model)  # the module must outlive the graph
+        module, fn = load_function(args.model, input_shapes(args))  # the module must outlive the graph
         graph = DataflowGraph(fn)
         caps = {b: est.capability(graph, b) for b in backends}
         candidates = [CandidatePartition(SubGraph(graph, 1 << n.index), b, "single-op")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `partition` and `demo`."""
+    add_input_shape_argument(p)
     p.add_argument("--backends", default="",
                    help="comma-separated backends (default: every available one)")
     p.add_argument("--cache", default=None, help="measurement cache (SQLite file)")
@@ -32,7 +35,8 @@ def compile_from_args(model: str, args: argparse.Namespace):
     backends = [b for b in args.backends.split(",") if b] or None
     return collage_mlir.compile(model, backends=backends, cache=args.cache,
                                 max_depth=args.max_depth, placement=args.placement,
-                                cost=args.cost, progress=True, verify=args.verify)
+                                cost=args.cost, progress=True, verify=args.verify,
+                                input_shapes=input_shapes(args))
 
 
 def run(args: argparse.Namespace) -> int:

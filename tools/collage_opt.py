@@ -17,6 +17,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.pipeline import Pipeline
 from collage_mlir.passes.registry import get_pass_class, pass_names
+from collage_mlir.tools.args import add_input_shape_argument, input_shapes
 
 SPLIT_MARKER = "// -----"
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each chunk between '{SPLIT_MARKER}' lines on its own")
     p.add_argument("--list-passes", action="store_true", help="list the collage passes")
+    add_input_shape_argument(p)
     return p
 
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None,
             return 0
         pipeline = Pipeline(args.pass_pipeline) if args.pass_pipeline else None
         if args.input.endswith(".onnx"):
-            module = import_onnx(args.input)
+            module = import_onnx(args.input, input_shapes=input_shapes(args))
             if pipeline:
                 pipeline.run(module)
             result = str(module)

@@ -36,6 +36,11 @@ class CostEstimator(abc.ABC):
                  progress: Progress | None = None) -> list[float]:
         """Cost of each candidate, in order. Never raises for one bad candidate: +inf."""
 
+    def reason(self, candidate: CandidatePartition) -> str:
+        """Why `candidate` costs +inf or NaN ("" when unknown), for the error that names an
+        op no backend can run. Valid after `estimate`."""
+        return ""
+
     @abc.abstractmethod
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
         """Seconds to hand `nbytes` from a region on `src_backend` to another region on

@@ -9,9 +9,13 @@ Rows are keyed by `collage_mlir.cost.key.measurement_key` (region structure + ba
 host). Statuses:
 - `ok`: measured, numbers checked (or `error` holds why they could not be checked);
 - `invalid`: the backend failed on this region (compile error, crash, hang, wrong numbers):
-  cost +inf, and the reason is kept so users can see why a backend was never chosen;
-- `error`: the measurement infrastructure failed (worker could not start): not the
-  candidate's fault, so it is measured again next time.
+  cost +inf, and the reason is kept so users can see why a backend was never chosen. Not
+  measured again while the key holds (a new backend version, options or host is a new key;
+  `collage-mlir cache clear` forgets it);
+- `error`: the measurement could not be made (the region did not parse, no inputs could be
+  made for it, the worker could not start): not known to be the backend's fault, so the
+  candidate is out of this search only (+inf, never an unknown NaN) and is measured again
+  by the next run that needs it.
 """
 
 from __future__ import annotations
@@ -97,10 +101,11 @@ class Measurement:
 
     @property
     def cost(self) -> float:
-        """Seconds for the search: the median, +inf when invalid, NaN when unknown."""
+        """Seconds for the search: the median, or +inf when the candidate is out (invalid,
+        or an error this time; `status` and `error` say which and why)."""
         if self.status == OK and self.median is not None:
             return self.median
-        return math.inf if self.status == INVALID else math.nan
+        return math.inf
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ class MeasuringEstimator(CostEstimator):
         self.stats = EstimateStats()
         self._regions: dict[tuple[int, int], tuple[str, RegionKey] | Exception] = {}
         self._transitions: dict[tuple[str, str], Transition] = {}
+        self._reasons: dict[tuple[str, int, int], str] = {}
 
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
         if reference is None:
@@ -205,6 +206,9 @@ class MeasuringEstimator(CostEstimator):
 
     # -- estimate -----------------------------------------------------------------------
 
+    def reason(self, candidate: CandidatePartition) -> str:
+        return self._reasons.get(_reason_key(candidate), "")
+
     def estimate(self, candidates: Sequence[CandidatePartition],
                  progress: Progress | None = None) -> list[float]:
         total = len(candidates)
@@ -214,13 +218,15 @@ class MeasuringEstimator(CostEstimator):
         done = 0
         for i, c in enumerate(candidates):
             info = self.backends.get(c.backend)
-            try:
-                text, rk = self.region(c.sub_graph) if info else (None, None)
-            except Exception as e:
-                log.warning("cannot extract %r: %s", c, e)
-                info = None
             if info is None:
-                done += 1  # unknown backend or region: NaN
+                done += 1  # a backend this estimator does not know: unknown (NaN)
+                continue
+            try:
+                text, rk = self.region(c.sub_graph)
+            except Exception as e:  # out of the search, with the reason
+                costs[i] = math.inf
+                self._reasons[_reason_key(c)] = f"cannot extract the region: {e}"
+                done += 1
                 continue
             key = measurement_key(rk, info.name, info.version, info.options,
                                   method=self.settings.method)
@@ -232,6 +238,8 @@ class MeasuringEstimator(CostEstimator):
             nonlocal done
             for i in waiting.pop(key, []):
                 costs[i] = m.cost
+                if m.status != OK:
+                    self._reasons[_reason_key(candidates[i])] = f"{m.status}: {m.error}"
                 done += 1
             if progress:
                 progress(done, total)
@@ -329,3 +337,6 @@ class MeasuringEstimator(CostEstimator):
         cost = t.cost(nbytes) if t is not None else math.nan
         return 0.0 if math.isnan(cost) else cost
 
+
+def _reason_key(candidate: CandidatePartition) -> tuple[str, int, int]:
+    return candidate.backend, id(candidate.sub_graph.graph), candidate.sub_graph.inside

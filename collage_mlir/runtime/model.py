@@ -25,6 +25,7 @@ from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import ReportRow, format_report
 from collage_mlir.runtime.verify import Verdict
+from collage_mlir.static_shapes import format_dims
 
 FORMAT = "collage_mlir.partitioned/1"
 Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -117,7 +118,10 @@ class PartitionedModel:
         for name, spec, a in zip(names, self.plan.inputs, arrays, strict=True):
             a = np.asarray(a)
             if a.shape != spec.shape:
-                raise CollageError(f"input '{name}': shape {a.shape}, expected {spec.shape}")
+                raise CollageError(
+                    f"input '{name}' has shape {format_dims(a.shape)}; this model was built "
+                    f"for {format_dims(spec.shape)} (partition again with --input-shape "
+                    f"{name}={'x'.join(map(str, a.shape))} for that shape)")
             out.append(np.ascontiguousarray(a, dtype=spec.dtype))
         return out
 
@@ -192,6 +196,8 @@ class PartitionedModel:
                             "artifacts": [os.path.basename(f) for f in files]})
         manifest = {"format": FORMAT, "entry": self.plan.entry,
                     "inputs": self.plan.input_names, "outputs": self.plan.output_names,
+                    "input_shapes": {n: list(s.shape) for n, s in
+                                     zip(self.plan.input_names, self.plan.inputs, strict=True)},
                     "estimated_cost": self.estimated_cost, "regions": entries,
                     "verdict": self.verdict.to_json() if self.verdict else None,
                     "report": [r.to_json() for r in self.report_rows]}

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collage_mlir.candidate import CandidatePartition
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind, iter_bits
 from collage_mlir.search.partitioning import (
@@ -67,11 +68,14 @@ class _Edge:
 
 def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], transition_cost: Transition | None = None,
-           unknown: str = "raise") -> Partitioning:
+           unknown: str = "raise", reason: Callable[[CandidatePartition], str] | None = None
+           ) -> Partitioning:
     """The least-cost exact, acyclic cover of `graph.op_bits` by `candidates`.
 
     `costs[k]` is the estimate of `candidates[k]` in seconds (+inf: never taken).
-    `transition_cost(src, dst, nbytes)` prices hand-offs; None means free.
+    `transition_cost(src, dst, nbytes)` prices hand-offs; None means free. When some op
+    has no candidate with a finite cost, the error names it with each backend's `reason`
+    (the estimator's) for its candidates there.
     """
     if len(costs) != len(candidates):
         raise ValueError(f"{len(candidates)} candidates but {len(costs)} costs")
@@ -81,7 +85,7 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     nbytes = _Sizes(graph)
     table = _transition_table(graph, cands, transition_cost, nbytes)
     edges = _prepare(graph, cands, own, table, nbytes)
-    _check_coverable(graph, edges)
+    _check_coverable(graph, edges, cands, own, reason)
     bound = _Bound(graph, table, nbytes) if table is not None else None
     path, total, states = _dijkstra(graph, edges, table, bound)
     chosen = [cands[e.index] for e in path]
@@ -205,15 +209,30 @@ def _price(table: dict[tuple[str, str, int], float] | None, src: str, dst: str,
     return table[src, dst, nbytes]
 
 
-def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge]) -> None:
+def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
+                     cands: Sequence[CandidatePartition], own: Sequence[float],
+                     reason: Callable[[CandidatePartition], str] | None) -> None:
     covered = 0
     for e in edges:
         covered |= e.inside
     missing = graph.op_bits & ~covered
-    if missing:
-        i = (missing & -missing).bit_length() - 1
-        raise CollageError(f"no exact cover: node {i} ({graph.nodes[i].op_type}) has no "
-                           "candidate with a finite cost")
+    if not missing:
+        return
+    i = (missing & -missing).bit_length() - 1
+    node = graph.nodes[i]
+    name = onnx_view.node_name(node.op) if node.op is not None else ""
+    # per backend, the smallest candidate holding the node says best why it is out
+    why: dict[str, tuple[int, str]] = {}
+    for c, cost in zip(cands, own, strict=True):
+        if c.inside >> i & 1:
+            size = c.inside.bit_count()
+            text = (reason(c) if reason else "") or ("no cost" if math.isinf(cost) else "")
+            if c.backend not in why or size < why[c.backend][0]:
+                why[c.backend] = (size, text or "out")
+    detail = "; ".join(f"{b}: {w}" for b, (_, w) in sorted(why.items())) or \
+        "no backend offered a candidate"
+    raise CollageError(f"no backend can run {node.op_type} node "
+                       f"{repr(name) if name else i}: {detail}")
 
 
 # -- the search -----------------------------------------------------------------------------

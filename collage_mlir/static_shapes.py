@@ -1,0 +1,363 @@
+"""Static shapes for exported models: specialise dynamic inputs, fold shape computations.
+
+`torch.onnx.export` writes models that compute shapes at run time (Shape → Gather →
+Unsqueeze → Concat → Reshape, padding from input sizes, attention masks from sequence
+lengths), and often a dynamic batch (`dim_param`). Measuring a region needs a static shape on
+every value, so the import first gives every input a static shape (the model's own, or one the
+user names), then evaluates every node whose inputs are constants or static shapes, replaces
+its outputs by initializers and drops what became dead, until nothing more folds. The result
+uses standard ONNX ops only and computes the same values; a value that stays dynamic (a
+data-dependent shape, NonZero say) is an error naming its node.
+
+Shape inference runs on a copy without the large initializers: they are never needed for
+shapes, and copying hundreds of MB of weights through the C++ inferencer on every round would
+cost seconds and memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from collage_mlir.errors import CollageError
+
+InputShapes = Mapping[str, Sequence[int]]
+
+FOLD_BYTES = 1 << 16
+"""A folded value may be this large even when its inputs are smaller (an index table made
+from a shape); beyond it, folding must not grow the model (ConstantOfShape weights stay ops)."""
+
+SMALL_INITIALIZER = 1 << 12
+"""Initializers up to this many elements go to shape inference (data propagation reads
+shape-like constants); larger ones are passed as typed inputs."""
+
+NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+           "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct"}
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """'1x3x224x224' → (1, 3, 224, 224); '' or 'scalar' → () (a scalar input)."""
+    text = text.strip()
+    if text in ("", "scalar"):
+        return ()
+    try:
+        dims = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        raise CollageError(f"shape '{text}': expected dimensions like 1x3x224x224") from None
+    if any(d < 0 for d in dims):
+        raise CollageError(f"shape '{text}': dimensions must be >= 0")
+    return dims
+
+
+def parse_input_shape(arg: str) -> tuple[str, tuple[int, ...]]:
+    """'NAME=1x3x224x224' → ('NAME', (1, 3, 224, 224)), as `--input-shape` takes it."""
+    name, sep, shape = arg.rpartition("=")
+    if not sep or not name:
+        raise CollageError(f"--input-shape '{arg}': expected NAME=DIMS, e.g. input=1x3x224x224")
+    return name, parse_shape(shape)
+
+
+def format_dims(dims: Iterable[int | str | None]) -> str:
+    """A shape as users write it: [batch,3,224,224], '?' for an unnamed unknown dim."""
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """The dims of a value (int, dim_param name or None), None when the rank is unknown."""
+    t = value.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    out: list[int | str | None] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(d.dim_value)
+        else:
+            out.append(d.dim_param or None)
+    return out
+
+
+def model_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph inputs a caller feeds (initializers listed as inputs are weights)."""
+    weights = {i.name for i in proto.graph.initializer}
+    return [i for i in proto.graph.input if i.name not in weights]
+
+
+def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None,
+                      label: str) -> onnx.ModelProto:
+    """`proto` with every input static: given shapes replace the declared ones (which they
+    must agree with where those are static); an input left dynamic is an error naming it."""
+    shapes = dict(shapes or {})
+    inputs = {i.name: i for i in model_inputs(proto)}
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise CollageError(f"{label}: --input-shape names no input '{unknown[0]}' "
+                           f"(inputs: {', '.join(inputs)})")
+    for name, value in inputs.items():
+        declared = _dims(value)
+        if name in shapes:
+            given = list(shapes[name])
+            if declared is not None and (
+                    len(declared) != len(given)
+                    or any(isinstance(d, int) and d != g for d, g in zip(declared, given, strict=False))):
+                raise CollageError(f"{label}: input '{name}' is {format_dims(declared)}; "
+                                   f"--input-shape gives {format_dims(given)}")
+            _set_dims(value, given)
+        elif declared is None or not all(isinstance(d, int) for d in declared):
+            example = "x".join(str(d) if isinstance(d, int) else "1" for d in declared or [1])
+            raise CollageError(
+                f"{label}: input '{name}' has dynamic shape {format_dims(declared or ['?'])}; "
+                f"give it a static one with --input-shape {name}={example} "
+                f"(input_shapes={{'{name}': ...}} in the API)")
+    return proto
+
+
+def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
+    shape = value.type.tensor_type.shape
+    shape.ClearField("dim")
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+# -- shape inference on a light copy ------------------------------------------------------
+
+
+def _light_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto` without large initializer data. Every initializer is also a typed graph
+    input (IR version 3 inference sees only those); small ones keep their data."""
+    g = proto.graph
+    graph = onnx.GraphProto(name=g.name)
+    graph.node.extend(g.node)
+    graph.input.extend(g.input)
+    graph.output.extend(g.output)
+    listed = {i.name for i in g.input}
+    for init in g.initializer:
+        if init.name not in listed:
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                init.name, init.data_type, list(init.dims)))
+        if int(np.prod(init.dims, dtype=np.int64)) <= SMALL_INITIALIZER:
+            graph.initializer.append(init)
+    light = onnx.ModelProto()
+    light.ir_version = proto.ir_version
+    light.opset_import.extend(proto.opset_import)
+    light.functions.extend(proto.functions)
+    light.graph.CopyFrom(graph)
+    return light
+
+
+def infer_types(proto: onnx.ModelProto, label: str,
+                strict: bool = False) -> dict[str, onnx.ValueInfoProto]:
+    """Inferred type of every value (by name), with data propagation for shape tensors."""
+    light = _light_copy(proto)
+    for out in light.graph.output:  # declared dim_params must not pin inferred dims
+        out.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0]
+        raise CollageError(f"{label}: shape inference failed: {first}") from None
+    g = inferred.graph
+    return {v.name: v for v in [*g.input, *g.value_info, *g.output]}
+
+
+def _static(value: onnx.ValueInfoProto | None) -> list[int] | None:
+    dims = _dims(value) if value is not None else None
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    return dims  # type: ignore[return-value]
+
+
+# -- folding ------------------------------------------------------------------------------
+
+
+def fold_constants(proto: onnx.ModelProto, label: str, max_rounds: int = 64) -> onnx.ModelProto:
+    """Fold shape computations (and anything else on constants that does not grow the model)
+    into initializers, in place, re-inferring shapes between rounds; drop dead nodes."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    values = _Constants(proto.graph)
+    for _ in range(max_rounds):
+        types = infer_types(proto, label)
+        if not _fold_round(proto.graph, types, values, opset):
+            break
+    drop_dead(proto.graph)
+    return proto
+
+
+class _Constants:
+    """Constant values by name: the initializers (read lazily) and what folding produced."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.protos = {i.name: i for i in graph.initializer}
+        self.arrays: dict[str, np.ndarray] = {}
+        self.graph = graph
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.protos
+
+    def nbytes(self, name: str) -> int:
+        t = self.protos[name]
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self.arrays:
+            self.arrays[name] = numpy_helper.to_array(self.protos[name])
+        return self.arrays[name]
+
+    def add(self, name: str, array: np.ndarray) -> None:
+        tensor = numpy_helper.from_array(array, name)
+        self.graph.initializer.append(tensor)
+        self.protos[name] = tensor
+        self.arrays[name] = array
+
+
+def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
+                values: _Constants, opset: int) -> bool:
+    """One pass in topological order; True when some node was folded."""
+    outputs = {o.name for o in graph.output}
+    kept, folded = [], False
+    for node in graph.node:
+        results = None
+        if not outputs.intersection(node.output) and node.domain in ("", "ai.onnx"):
+            results = _try_fold(node, types, values, opset)
+        if results is None:
+            kept.append(node)
+            continue
+        for name, array in zip(node.output, results, strict=False):
+            if name:
+                values.add(name, array)
+        folded = True
+    if folded:
+        graph.ClearField("node")
+        graph.node.extend(kept)
+    return folded
+
+
+def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
+              values: _Constants, opset: int) -> list[np.ndarray] | None:
+    """The node's output values when they follow from constants and static shapes."""
+    if node.op_type == "Constant":
+        return [numpy_helper.to_array(onnx.helper.get_attribute_value(node.attribute[0]))
+                if node.attribute[0].type == onnx.AttributeProto.TENSOR
+                else _evaluate(node, {}, opset)[0]]
+    if node.op_type in ("Shape", "Size"):
+        dims = _static(types.get(node.input[0]))
+        if dims is None:
+            return None
+        if node.op_type == "Size":
+            return [np.array(int(np.prod(dims, dtype=np.int64)), dtype=np.int64)]
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", len(dims))
+        return [np.array(dims[start:end], dtype=np.int64)]
+    if node.op_type in NO_FOLD or any(a.type in (onnx.AttributeProto.GRAPH,
+                                                 onnx.AttributeProto.GRAPHS)
+                                      for a in node.attribute):
+        return None
+    inputs = [i for i in node.input if i]
+    if not all(i in values for i in inputs):
+        return None
+    if not _small_enough(node, types, values, inputs):
+        return None
+    try:
+        results = _evaluate(node, {i: values.array(i) for i in inputs}, opset)
+    except Exception:  # an op the reference cannot evaluate stays an op
+        return None
+    return [_as_declared(r, types.get(o)) for r, o in zip(results, node.output, strict=False)]
+
+
+def _small_enough(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
+                  values: _Constants, inputs: list[str]) -> bool:
+    """Folding must not turn a small recipe into large data (ConstantOfShape weights)."""
+    budget = max(FOLD_BYTES, sum(values.nbytes(i) for i in inputs))
+    for out in node.output:
+        value = types.get(out)
+        dims = _static(value)
+        if dims is None:
+            continue  # unknown until evaluated: shape computations are small
+        elem = value.type.tensor_type.elem_type
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize if elem else 8
+        if int(np.prod(dims, dtype=np.int64)) * itemsize > budget:
+            return False
+    return True
+
+
+def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int
+              ) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    return [np.asarray(r) for r in ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)]
+
+
+def _as_declared(array: np.ndarray, value: onnx.ValueInfoProto | None) -> np.ndarray:
+    """The reference evaluator may widen scalars; keep the inferred element type."""
+    elem = value.type.tensor_type.elem_type if value is not None else 0
+    if elem:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        if array.dtype != dtype:
+            array = array.astype(dtype)
+    return array
+
+
+def _used_names(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    """Every name a node reads, subgraph bodies included (they may read outer values)."""
+    used: set[str] = set()
+    for node in nodes:
+        used.update(node.input)
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                used |= _used_names(g.node)
+    return used
+
+
+def drop_dead(graph: onnx.GraphProto) -> None:
+    """Remove nodes no output depends on and initializers nothing reads, in place."""
+    live = {o.name for o in graph.output}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(graph.node):
+        if live.intersection(node.output):
+            kept.append(node)
+            live |= _used_names([node])
+    kept.reverse()
+    if len(kept) != len(graph.node):
+        graph.ClearField("node")
+        graph.node.extend(kept)
+    listed = {i.name for i in graph.input}
+    unused = [i for i in graph.initializer if i.name not in live and i.name not in listed]
+    for init in unused:
+        graph.initializer.remove(init)
+
+
+def require_static(proto: onnx.ModelProto, types: dict[str, onnx.ValueInfoProto],
+                   label: str) -> None:
+    """Every value a node produces and something reads has a static shape, or an error
+    names the first that does not (an unused Dropout mask may stay untyped)."""
+    used = _used_names(proto.graph.node) | {o.name for o in proto.graph.output}
+    for node in proto.graph.node:
+        for out in node.output:
+            if out in used and _static(types.get(out)) is None:
+                value = types.get(out)
+                dims = _dims(value) if value is not None else None
+                shape = format_dims(dims) if dims is not None else "of unknown rank"
+                raise CollageError(
+                    f"{label}: node '{node.name or out}' ({node.op_type}) output '{out}' has "
+                    f"no static shape after folding ({shape}); collage needs static shapes")
+
+
+def make_static(proto: onnx.ModelProto, label: str,
+                input_shapes: InputShapes | None = None) -> onnx.ModelProto:
+    """Specialise the inputs, fold, and return the model with every value's static type
+    recorded (value_info and outputs), ready for the importer."""
+    specialize_inputs(proto, input_shapes, label)
+    fold_constants(proto, label)
+    types = infer_types(proto, label, strict=True)
+    require_static(proto, types, label)
+    g = proto.graph
+    g.ClearField("value_info")
+    skip = {o.name for o in g.output} | {i.name for i in g.input} | {
+        i.name for i in g.initializer}
+    g.value_info.extend(v for name, v in types.items() if name not in skip)
+    for out in g.output:
+        out.type.CopyFrom(types[out.name].type)
+    return proto

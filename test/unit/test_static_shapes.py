@@ -1,0 +1,191 @@
+"""Static shapes at import: dynamic inputs specialised by the user, shape computations folded.
+
+Each model is written the way `torch.onnx.export` writes them (shapes computed at run time
+from `Shape`), folded, and run in onnxruntime before and after: same numbers, no Shape op left,
+every value static in the imported IR.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+from collage_mlir.errors import CollageError
+from collage_mlir.export import export_function
+from collage_mlir.importer import import_onnx
+from collage_mlir.static_shapes import make_static, parse_input_shape, parse_shape
+from collage_mlir.tools import cli
+
+# x[N,4,6] -> Relu -> Reshape to [N, 24] with N = Shape(x)[0] -> MatMul
+RESHAPE_BY_SHAPE = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[N,4,6] x) => (float[N,5] y) <float[24,5] w = {WEIGHTS}> {
+  s = Shape(x)
+  i0 = Constant<value = int64 {0}>()
+  b = Gather<axis = 0>(s, i0)
+  ax = Constant<value = int64[1] {0}>()
+  bu = Unsqueeze(b, ax)
+  c24 = Constant<value = int64[1] {24}>()
+  target = Concat<axis = 0>(bu, c24)
+  r = Relu(x)
+  flat = Reshape(r, target)
+  y = MatMul(flat, w)
+}
+"""
+
+# pad H and W of x[1,3,H,W] up to a multiple of 8, computed from Shape(x) as exporters do
+DYNAMIC_PAD = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3,H,W] x) => (float[1,3,P,Q] y) {
+  s = Shape<start = 2>(x)
+  eight = Constant<value = int64 {8}>()
+  m = Mod(s, eight)
+  short = Sub(eight, m)
+  pad = Mod(short, eight)
+  zeros = Constant<value = int64[6] {0,0,0,0,0,0}>()
+  tail = Concat<axis = 0>(zeros, pad)
+  pads = Cast<to = 7>(tail)
+  y0 = Pad(x, pads)
+  y = Sigmoid(y0)
+}
+"""
+
+# batch and sequence read from the input and rebuilt into a 4-d attention shape
+SPLIT_HEADS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[B,S,8] x) => (float[B,2,S,4] y) {
+  s = Shape(x)
+  i0 = Constant<value = int64 {0}>()
+  i1 = Constant<value = int64 {1}>()
+  b = Gather<axis = 0>(s, i0)
+  n = Gather<axis = 0>(s, i1)
+  ax = Constant<value = int64[1] {0}>()
+  bu = Unsqueeze(b, ax)
+  nu = Unsqueeze(n, ax)
+  heads = Constant<value = int64[2] {2, 4}>()
+  target = Concat<axis = 0>(bu, nu, heads)
+  r = Reshape(x, target)
+  y = Transpose<perm = [0, 2, 1, 3]>(r)
+}
+"""
+
+
+def _model(text: str) -> onnx.ModelProto:
+    weights = ", ".join(f"{v:.3f}" for v in np.linspace(-1, 1, 24 * 5))
+    return onnx.parser.parse_model(text.replace("{WEIGHTS}", "{" + weights + "}"))
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _folded(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return make_static(copy, "test", shapes)
+
+
+@pytest.mark.parametrize("text, shapes", [
+    (RESHAPE_BY_SHAPE, {"x": [3, 4, 6]}),
+    (DYNAMIC_PAD, {"x": [1, 3, 13, 16]}),
+    (SPLIT_HEADS, {"x": [2, 5, 8]}),
+])
+def test_shape_computations_fold_and_compute_the_same(text, shapes) -> None:
+    model = _model(text)
+    folded = _folded(model, shapes)
+    types = [n.op_type for n in folded.graph.node]
+    assert not {"Shape", "Gather", "Concat", "Unsqueeze", "Mod", "Cast"} & set(types), types
+    x = np.random.default_rng(0).standard_normal(shapes["x"]).astype(np.float32)
+    (want,), (got,) = _run(model, {"x": x}), _run(folded, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    # through the importer and back (what graph-kind backends receive)
+    module = import_onnx(model, input_shapes=shapes)
+    assert "?" not in str(module).split("{-#")[0]
+    (round_trip,) = _run(export_function(module), {"x": x})
+    np.testing.assert_allclose(round_trip, want, rtol=1e-6)
+
+
+def test_padding_amount_comes_from_the_given_shape() -> None:
+    folded = _folded(_model(DYNAMIC_PAD), {"x": [1, 3, 13, 16]})
+    (out,) = folded.graph.output
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == [1, 3, 16, 16]
+
+
+def test_large_constant_of_shape_weights_stay_ops() -> None:
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,256] x) => (float[1,256] y) {
+          shape = Constant<value = int64[2] {256, 256}>()
+          w = ConstantOfShape<value = float[1] {0.5}>(shape)
+          y = MatMul(x, w)
+        }""")
+    folded = _folded(model, {})
+    assert [n.op_type for n in folded.graph.node] == ["ConstantOfShape", "MatMul"]
+
+
+def test_a_model_with_a_dynamic_input_fails_at_once_naming_input_shape_and_flag() -> None:
+    with pytest.raises(CollageError) as err:
+        import_onnx(_model(RESHAPE_BY_SHAPE))
+    msg = str(err.value)
+    assert "input 'x'" in msg and "[N,4,6]" in msg and "--input-shape x=1x4x6" in msg
+
+
+@pytest.mark.parametrize("shapes, fragment", [
+    ({"x": [3, 4]}, "input 'x' is [N,4,6]; --input-shape gives [3,4]"),
+    ({"x": [3, 5, 6]}, "--input-shape gives [3,5,6]"),
+    ({"nope": [1]}, "names no input 'nope' (inputs: x)"),
+])
+def test_input_shapes_must_agree_with_the_model(shapes, fragment) -> None:
+    with pytest.raises(CollageError, match=r".*") as err:
+        import_onnx(_model(RESHAPE_BY_SHAPE), input_shapes=shapes)
+    assert fragment in str(err.value)
+
+
+def test_a_data_dependent_shape_is_named() -> None:
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] x) => (int64[1,N] y) {
+          y = NonZero(x)
+        }""")
+    with pytest.raises(CollageError, match="NonZero.*no static shape"):
+        import_onnx(model)
+
+
+def test_parse_shapes() -> None:
+    assert parse_shape("1x3x224x224") == (1, 3, 224, 224)
+    assert parse_shape("scalar") == ()
+    assert parse_input_shape("input_ids=1x128") == ("input_ids", (1, 128))
+    assert parse_input_shape("a=b=2x2") == ("a=b", (2, 2))
+    for bad in ("x", "=1x2", "x=1xq", "x=-1"):
+        with pytest.raises(CollageError):
+            parse_input_shape(bad)
+
+
+def test_cli_import_takes_input_shape_and_names_a_missing_one(tmp_path, capsys) -> None:
+    path = tmp_path / "dyn.onnx"
+    onnx.save(_model(RESHAPE_BY_SHAPE), path)
+    assert cli.main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--input-shape x=" in err and "Traceback" not in err
+    out = tmp_path / "m.mlir"
+    assert cli.main(["import", str(path), "--input-shape", "x=2x4x6", "-o", str(out)]) == 0
+    assert "!torch.vtensor<[2,24],f32>" in out.read_text()
+
+
+def test_external_data_models_load(tmp_path) -> None:
+    model = _model(RESHAPE_BY_SHAPE)
+    (w,) = model.graph.initializer
+    w.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(w), w.name))  # raw bytes
+    x = np.ones((1, 4, 6), np.float32)
+    (want,) = _run(model, {"x": x})
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.weights", size_threshold=0)
+    assert (tmp_path / "ext.weights").is_file()
+    module = import_onnx(path, input_shapes={"x": [1, 4, 6]})
+    (got,) = _run(export_function(module), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
