@@ -1,6 +1,9 @@
-"""End-to-end benchmark: Collage's mix against each backend alone, on the light models.
+"""End-to-end benchmark: Collage's mix against each backend alone.
 
-For each model: partition with all backends (measured costs, cached), then time side by side
+Models are named three ways: a model of the exported zoo (`bench/models.py`: transformers
+exports with random, well-scaled weights, exported on first use), a light model-zoo
+architecture (`bench/light.py`: its splat weights replaced by random ones unless `--splat`),
+or any `.onnx` path. For each model: partition with all backends (measured costs, cached), then time side by side
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
 "noise" is how far two instances of the same whole model (X and X#2, `--controls`) land
@@ -8,62 +11,90 @@ apart in the same run: a mix/best ratio inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 what the end-to-end check kept, and the measure / search / verify seconds of the mix.
 
-    python bench/e2e.py [--models alexnet,squeezenet] [--rounds 20] [--cache PATH]
+    python bench/e2e.py [--models bert_base,mobilenet_v2,light:resnet50,m.onnx] [--rounds 20]
+                        [--cache PATH] [--input-shape NAME=DIMS ...]
+
+"max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
+|onnxruntime whole| of that output.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
+import numpy as np
 import onnx
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
-from collage_mlir.runtime.compare import (
-    max_abs_diff,
-    random_inputs,
-    time_side_by_side,
-    whole_model_runner,
-)
+from collage_mlir.runtime.compare import random_inputs, time_side_by_side, whole_model_runner
+from collage_mlir.static_shapes import parse_input_shape
 
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-MODELS = ["bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "inception_v1",
-          "inception_v2", "resnet50", "densenet121", "vgg19"]
+sys.path.insert(0, os.path.dirname(__file__))
+import light  # noqa: E402
+
+ZOO = ["bert_base", "gpt2", "vit_base", "swin_tiny", "convnext_tiny", "mobilenet_v2",
+       "efficientnet_b0", "resnet50"]
+
+
+def resolve(name: str, splat: bool) -> tuple[str, str | onnx.ModelProto]:
+    """(label, model) for a zoo name, 'light:NAME' or an .onnx path."""
+    if name.endswith(".onnx"):
+        return os.path.basename(name), name
+    if name.startswith("light:"):
+        path = light.path_of(name[len("light:"):])
+        return name, path if splat else light.randomized(path)
+    import models  # bench/models.py: needs torch and transformers
+
+    return name, str(models.export(name))
+
+
+def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """max |got - want| / max |want|, the worst over outputs."""
+    worst = 0.0
+    for g, w in zip(got, want, strict=True):
+        w64, g64 = np.asarray(w, np.float64), np.asarray(g, np.float64)
+        scale = float(np.max(np.abs(w64))) or 1.0
+        worst = max(worst, float(np.max(np.abs(g64 - w64))) / scale)
+    return worst
 
 
 def bench_model(name: str, backends: list[str], args) -> dict:
-    path = os.path.join(LIGHT, f"light_{name}.onnx")
-    row: dict = {"model": name}
+    label, path = resolve(name, args.splat)
+    shapes = dict(parse_input_shape(s) for s in args.input_shape) or None
+    row: dict = {"model": label}
     t0 = time.perf_counter()
     mixed = collage_mlir.compile(path, backends=backends, cache=args.cache,
-                                 max_depth=args.max_depth)
+                                 max_depth=args.max_depth, input_shapes=shapes)
     row["partition_s"] = time.perf_counter() - t0
     row["regions"] = len(mixed.partitioning.choices)
     row["estimated_ms"] = mixed.estimated_cost * 1e3
     row["phases"] = mixed.timings
     row["kept"] = mixed.verdict.kept if mixed.verdict else "-"
     runners = {"mix": mixed.run}
+    original = collage_mlir.import_onnx(path, input_shapes=shapes)
     for b in backends:
         try:
-            runners[f"{b}"] = whole_model_runner(collage_mlir.import_onnx(path), b)
+            runners[f"{b}"] = whole_model_runner(original, b)
         except Exception as e:
             row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
         if args.single:
             try:
                 single = collage_mlir.compile(path, backends=[b], cache=args.cache,
-                                              max_depth=args.max_depth)
+                                              max_depth=args.max_depth, input_shapes=shapes)
                 runners[f"{b}/collage"] = single.run
                 row[f"{b}/collage_regions"] = len(single.plan.steps)
             except Exception as e:
                 row[f"{b}/collage_error"] = str(e).splitlines()[0][:80]
     for b in args.controls.split(","):
         if b in runners:  # a second, independent instance of X alone: the noise floor
-            runners[f"{b}#2"] = whole_model_runner(collage_mlir.import_onnx(path), b)
-    inputs = random_inputs(collage_mlir.import_onnx(path))
+            runners[f"{b}#2"] = whole_model_runner(original, b)
+    inputs = random_inputs(original)
     if "onnxruntime" in runners:
-        row["max_abs_err"] = max_abs_diff(mixed.run(inputs), runners["onnxruntime"](inputs))
+        row["max_err"] = relative_error(mixed.run(inputs), runners["onnxruntime"](inputs))
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):
         row[t.name] = t.median_s * 1e3
     return row
@@ -71,7 +102,12 @@ def bench_model(name: str, backends: list[str], args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(ZOO),
+                   help="zoo names, light:NAME (light model-zoo) or .onnx paths")
+    p.add_argument("--splat", action="store_true",
+                   help="keep the light models' splat weights (default: random weights)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="static shape for a dynamic input (repeatable)")
     p.add_argument("--backends", default=",".join(available_backends()))
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--cache", default=None)
@@ -103,7 +139,7 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(cells) + f" | {row['mix'] / best:.2f} | "
               f"±{noise:.0%} | "
               f"{row['estimated_ms']:.2f} | {err:+.0%} | {row['regions']} | {row['kept']} | "
-              f"{row.get('max_abs_err', 0):.1e} | {row['partition_s']:.1f} | "
+              f"{row.get('max_err', 0):.1e} | {row['partition_s']:.1f} | "
               f"{phases.get('measure', 0):.1f} | {phases.get('search', 0):.2f} | "
               f"{phases.get('verify', 0):.1f} |", flush=True)
         singles = {k: v for k, v in row.items() if k.endswith("/collage_regions")}

@@ -131,7 +131,7 @@ def _rows(est, graph, candidates, costs, per_node: bool):
     """Group candidates by region (or node): (first node, signature, count, costs)."""
     groups: dict[str, dict] = {}
     for c, cost in zip(candidates, costs, strict=True):
-        _, rk = est.region(c.sub_graph)
+        rk = est.region(c.sub_graph)
         gid = str(c.sub_graph.first) if per_node else rk.digest
         g = groups.setdefault(gid, {"first": c.sub_graph.first, "sig": rk.signature,
                                     "nodes": set(), "costs": {}})
@@ -174,7 +174,7 @@ def _print_invalid(est, candidates, costs) -> None:
         if math.isinf(cost) and key not in seen:
             seen.add(key)
             m = est.cache.get(key)
-            sig = est.region(c.sub_graph)[1].signature
+            sig = est.region(c.sub_graph).signature
             lines.append(f"  {c.backend}: {sig}: {m.error if m else '?'}")
     if lines:
         sys.stdout.write("invalid:\n" + "\n".join(lines) + "\n")

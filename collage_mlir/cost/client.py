@@ -30,11 +30,15 @@ class WorkerError(Exception):
 
 @dataclass
 class Item:
-    """One region to measure: an id chosen by the caller and the module text."""
+    """One region to measure: an id chosen by the caller and the module text, or a function
+    that makes it when the item is sent (so only the regions in flight hold their weights)."""
 
     id: str
-    text: str
+    text: str | Callable[[], str]
     solo: bool = False  # compile alone (after a batch compile crashed)
+
+    def module_text(self) -> str:
+        return self.text() if callable(self.text) else self.text
 
 
 @dataclass
@@ -212,7 +216,7 @@ class WorkerClient:
         done: set[str] = set()
         try:
             self._send(cmd="measure", batch=batch,
-                       items=[{"id": i.id, "text": i.text} for i in chunk])
+                       items=[{"id": i.id, "text": i.module_text()} for i in chunk])
         except OSError:  # it died since we last looked: the read below reports the death
             pass
         phase, current = "starting", None

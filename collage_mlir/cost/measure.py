@@ -12,6 +12,7 @@ and test doubles not installed as entry points), as a list or as a dict name →
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -145,7 +146,7 @@ class MeasuringEstimator(CostEstimator):
         self.batch_size = batch_size
         self.sys_path = tuple(sys_path)
         self.stats = EstimateStats()
-        self._regions: dict[tuple[int, int], tuple[str, RegionKey] | Exception] = {}
+        self._regions: dict[tuple[int, int], RegionKey | Exception] = {}
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._reasons: dict[tuple[str, int, int], str] = {}
 
@@ -180,27 +181,33 @@ class MeasuringEstimator(CostEstimator):
 
     # -- regions and keys ---------------------------------------------------------------
 
-    def region(self, sub_graph: SubGraph) -> tuple[str, RegionKey]:
-        """(module text, region key) of a SubGraph; extracted once per SubGraph."""
+    def region(self, sub_graph: SubGraph) -> RegionKey:
+        """The region key of a SubGraph, computed once per SubGraph. The region's text
+        (weights included) is not kept: `region_text` makes it again for a cache miss, so
+        memory holds one region's weights at a time, not every candidate's."""
         memo = (id(sub_graph.graph), sub_graph.inside)
         if memo not in self._regions:
             try:
                 module = sub_graph.extract("region")
-                text = module_text(module)
-                self._regions[memo] = (text, compute_region_key(module, text))
-            except Exception as e:  # a region that cannot be extracted: unknown cost
+                self._regions[memo] = compute_region_key(module, module_text(module))
+            except Exception as e:  # a region that cannot be extracted: out, with the reason
                 self._regions[memo] = e
         got = self._regions[memo]
         if isinstance(got, Exception):
             raise got
         return got
 
+    @staticmethod
+    def region_text(sub_graph: SubGraph) -> str:
+        """The extracted region as the worker parses it."""
+        return module_text(sub_graph.extract("region"))
+
     def key(self, candidate: CandidatePartition) -> str | None:
         """The cache key of a candidate, None for a backend this estimator does not know."""
         info = self.backends.get(candidate.backend)
         if info is None:
             return None
-        _, rk = self.region(candidate.sub_graph)
+        rk = self.region(candidate.sub_graph)
         return measurement_key(rk, info.name, info.version, info.options,
                                method=self.settings.method)
 
@@ -214,7 +221,7 @@ class MeasuringEstimator(CostEstimator):
         total = len(candidates)
         costs = [math.nan] * total
         waiting: dict[str, list[int]] = {}  # key → candidate indices
-        rows: dict[str, tuple[BackendInfo, str, RegionKey]] = {}
+        rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]] = {}
         done = 0
         for i, c in enumerate(candidates):
             info = self.backends.get(c.backend)
@@ -222,7 +229,7 @@ class MeasuringEstimator(CostEstimator):
                 done += 1  # a backend this estimator does not know: unknown (NaN)
                 continue
             try:
-                text, rk = self.region(c.sub_graph)
+                rk = self.region(c.sub_graph)
             except Exception as e:  # out of the search, with the reason
                 costs[i] = math.inf
                 self._reasons[_reason_key(c)] = f"cannot extract the region: {e}"
@@ -231,7 +238,7 @@ class MeasuringEstimator(CostEstimator):
             key = measurement_key(rk, info.name, info.version, info.options,
                                   method=self.settings.method)
             waiting.setdefault(key, []).append(i)
-            rows[key] = (info, text, rk)
+            rows[key] = (info, c.sub_graph, rk)
         self.stats = EstimateStats(candidates=total, regions=len(waiting))
 
         def settle(key: str, m: Measurement) -> None:
@@ -257,7 +264,7 @@ class MeasuringEstimator(CostEstimator):
         return costs
 
     def _measure_backend(self, info: BackendInfo, keys: list[str],
-                         rows: dict[str, tuple[BackendInfo, str, RegionKey]], settle) -> None:
+                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle) -> None:
         client = WorkerClient(self._worker_config(info))
 
         def on_result(key: str, result: dict[str, Any]) -> None:
@@ -277,7 +284,8 @@ class MeasuringEstimator(CostEstimator):
             settle(key, m)
 
         try:
-            client.measure([Item(k, rows[k][1]) for k in keys], info.batch, on_result)
+            client.measure([Item(k, functools.partial(self.region_text, rows[k][1]))
+                            for k in keys], info.batch, on_result)
         finally:
             self.stats.restarts += client.restarts
             client.stop()

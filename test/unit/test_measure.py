@@ -269,3 +269,54 @@ def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):
     worker.time_kernel(Kernel(), [], MeasureSettings(warmup=1, min_runs=3, max_runs=3,
                                                      cold_bytes=0))
     assert events == ["run"] * 4
+
+
+def test_failed_candidates_are_out_of_the_search_not_unknown(tmp_path, graph):
+    """A backend failing every Relu leaves those nodes to the other backend; with no other
+    backend, the error names the op and the backend's reason."""
+    from collage_mlir.search.search import search
+
+    backends = {NUMPY: {}, FAULT: {"mode": "compile_error", "on": "Relu"}}
+    with estimator(tmp_path, backends) as est:
+        cands = single_op(graph, "numpy_test") + single_op(graph, "fault")
+        costs = est.estimate(cands)
+        assert not any(math.isnan(c) for c in costs)
+        out = [c for c, cost in zip(cands, costs, strict=True) if math.isinf(cost)]
+        assert {graph.nodes[c.sub_graph.first].op_type for c in out} == {"Relu"}
+        assert all("invalid: compile failed" in est.reason(c) for c in out)
+        picked = search(graph, cands, costs, reason=est.reason)
+        for choice in picked.choices:
+            node = graph.nodes[choice.candidate.sub_graph.first]
+            assert node.op_type != "Relu" or choice.candidate.backend == "numpy_test"
+        only_fault = [k for k, c in enumerate(cands) if c.backend == "fault"]
+        with pytest.raises(CollageError) as err:
+            search(graph, [cands[k] for k in only_fault], [costs[k] for k in only_fault],
+                   reason=est.reason)
+        assert "no backend can run Relu node" in str(err.value)
+        assert "fault: invalid: compile failed: RuntimeError: injected" in str(err.value)
+
+
+def test_a_region_that_cannot_be_extracted_costs_inf_with_its_reason(tmp_path, graph,
+                                                                      monkeypatch):
+    with estimator(tmp_path, [NUMPY]) as est:
+        def broken(sub_graph):
+            raise ValueError("no way")
+
+        monkeypatch.setattr(est, "region", broken)
+        (cand,) = single_op(graph, "numpy_test")[:1]
+        assert est.estimate([cand]) == [math.inf]
+        assert est.reason(cand) == "cannot extract the region: no way"
+
+
+def test_error_rows_cost_inf_and_are_measured_again(tmp_path, graph):
+    from collage_mlir.cost.cache import ERROR, Measurement
+
+    with estimator(tmp_path, [NUMPY]) as est:
+        (cand,) = single_op(graph, "numpy_test")[:1]
+        m = Measurement(key=est.key(cand), region="r", backend="numpy_test", version="1",
+                        options="", host="h", signature="Relu", status=ERROR, error="no inputs")
+        assert m.cost == math.inf
+        est.cache.put(m)
+        (cost,) = est.estimate([cand])
+        assert 0 < cost < math.inf and est.stats.measured == 1
+        assert est.cache.get_many([m.key])[m.key].status == OK
