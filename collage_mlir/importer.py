@@ -116,9 +116,26 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
             [ir.StringAttr.get(n) for n in inputs])
         func_op.attributes[collage.OUTPUT_NAMES] = ir.ArrayAttr.get(
             [ir.StringAttr.get(o.name) for o in proto.graph.output])
+        module.operation.attributes[collage.BLOB_TOKENS] = ir.DictAttr.get(
+            {name: ir.StringAttr.get(token) for name, token in blob_tokens(proto).items()})
     if not module.operation.verify():
         raise CollageError(f"{label}: imported IR does not verify")
     return module
+
+
+def blob_tokens(proto: onnx.ModelProto) -> dict[str, str]:
+    """Initializer name → its cache-key token (`cost.key.blob_token`), from the ONNX bytes:
+    the importer names each `dense_resource` blob after its initializer."""
+    from onnx import numpy_helper
+
+    from collage_mlir.cost.key import blob_token
+
+    out = {}
+    for init in proto.graph.initializer:
+        data = init.raw_data if init.HasField("raw_data") else numpy_helper.to_array(
+            init).tobytes()
+        out[init.name] = blob_token(data)
+    return out
 
 
 def parse_mlir(text: str, label: str = "<input>", context: ir.Context | None = None) -> ir.Module:

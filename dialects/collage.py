@@ -31,5 +31,9 @@ INPUT_NAMES = "collage.input_names"
 OUTPUT_NAMES = "collage.output_names"
 """String arrays on an imported function: the ONNX graph's input / output names, for the API."""
 
+BLOB_TOKENS = "collage.blob_tokens"
+"""Dictionary on the module (import): resource blob name → what stands for that blob in cache
+keys (`cost.key.blob_token`), so that keying a region never prints the model's weights."""
+
 ALL = (NODE, CANDIDATES, BACKEND, REGION, ESTIMATED_COST, REGION_COSTS, INPUT_NAMES,
-       OUTPUT_NAMES)
+       OUTPUT_NAMES, BLOB_TOKENS)

@@ -15,8 +15,9 @@ position (SSA names, the function name and `collage.*` attributes never matter),
   turns a Gemm with splat weights into a reduction, 7x faster than the dense product.
 
 The blobs are only visible in the printed module's `dialect_resources` section (the Python
-bindings cannot read them back), so the region key is computed from the printed text, which
-is also what the measuring worker re-parses.
+bindings cannot read them back). The importer therefore records each blob's token on the
+module (`collage.blob_tokens`), computed from the ONNX initializers, and keys read that
+table; only a blob missing from it (a hand-written .mlir) makes the key print the module.
 
 The full measurement key adds the backend's name, version and `cache_options()` and a host
 fingerprint (CPU model, flags, core count): a number measured elsewhere is not reused.
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.dialects.collage import BLOB_TOKENS
 
 SMALL_CONSTANT_BYTES = 4096
-KEY_VERSION = "1"  # bump when the canonical form changes, so old cache rows stop matching
+KEY_VERSION = "2"  # bump when the canonical form changes, so old cache rows stop matching
 
 _RESOURCE_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>\s]+)>')
 _RESOURCE_ENTRY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|[^\s:"]+)\s*:\s*"0x([0-9A-Fa-f]*)"', re.M)
@@ -76,22 +78,51 @@ def _unquote(name: str) -> str:
     return name[1:-1] if name.startswith('"') else name
 
 
-def _blob_token(hex_blob: str | None) -> str:
-    """What stands for a resource in the canonical text (see the module docstring)."""
-    if hex_blob is None:
-        return "missing"
-    nbytes = len(hex_blob) // 2
-    if nbytes <= SMALL_CONSTANT_BYTES:
-        return "v" + hashlib.sha256(hex_blob.encode()).hexdigest()[:32]
-    return f"large{nbytes}" + ("splat" if _is_splat(hex_blob) else "")
+def blob_token(data: bytes) -> str:
+    """What stands for a resource blob in the canonical text (see the module docstring)."""
+    if len(data) <= SMALL_CONSTANT_BYTES:
+        return "v" + hashlib.sha256(data).hexdigest()[:32]
+    return f"large{len(data)}" + ("splat" if _is_splat(data) else "")
 
 
-def _is_splat(hex_blob: str) -> bool:
-    """True when the blob repeats one element of 1, 2, 4 or 8 bytes (a periodic hex string:
-    equal to itself shifted by one element). The head is checked first: weights fail fast."""
-    head = hex_blob[:4096]
-    return any(len(hex_blob) % w == 0 and head[w:] == head[:-w] and hex_blob[w:] == hex_blob[:-w]
-               for w in (2, 4, 8, 16))
+def _is_splat(data: bytes) -> bool:
+    """True when the blob repeats one element of 1, 2, 4 or 8 bytes (equal to itself shifted
+    by one element). The head is checked first: weights fail fast."""
+    head = data[:2048]
+    return any(len(data) % w == 0 and head[w:] == head[:-w] and data[w:] == data[:-w]
+               for w in (1, 2, 4, 8))
+
+
+def module_blob_tokens(module: ir.Module | ir.Operation | None) -> dict[str, str]:
+    """The import's blob-token table of a module ({} when it has none)."""
+    if module is None:
+        return {}
+    op = module.operation if isinstance(module, ir.Module) else module
+    if BLOB_TOKENS not in op.attributes:
+        return {}
+    table = ir.DictAttr(op.attributes[BLOB_TOKENS])
+    return {table[k].name: ir.StringAttr(table[k].attr).value for k in range(len(table))}
+
+
+class _Tokens:
+    """Blob name → token: from the import's table, else from the printed module (printed
+    at most once, and only when a blob is missing from the table)."""
+
+    def __init__(self, fn: ir.Operation, text: str | None, table: dict[str, str]) -> None:
+        self.fn, self.text, self.table = fn, text, table
+        self.parsed: dict[str, str] | None = None
+
+    def __call__(self, name: str) -> str:
+        if name in self.table:
+            return self.table[name]
+        if self.parsed is None:
+            text = self.text
+            if text is None:
+                parent = self.fn.parent
+                text = parent.get_asm(assume_verified=True) if parent is not None else ""
+            self.parsed = parse_resources(text)
+        hex_blob = self.parsed.get(name)
+        return "missing" if hex_blob is None else blob_token(bytes.fromhex(hex_blob))
 
 
 def _nbytes(t: ir.Type) -> int:
@@ -106,8 +137,8 @@ def _nbytes(t: ir.Type) -> int:
 class _Canonicalizer:
     """Writes a function as position-numbered canonical lines."""
 
-    def __init__(self, resources: dict[str, str]) -> None:
-        self.resources = resources
+    def __init__(self, token: _Tokens) -> None:
+        self.token = token
         self.names: dict[ir.Value, str] = {}
         self.lines: list[str] = []
 
@@ -119,7 +150,7 @@ class _Canonicalizer:
         if "dense_resource<" not in text:
             return text
         return _RESOURCE_REF.sub(
-            lambda m: f"dense_resource<{_blob_token(self.resources.get(_unquote(m.group(1))))}>",
+            lambda m: f"dense_resource<{self.token(_unquote(m.group(1)))}>",
             text)
 
     def attrs(self, op: ir.Operation, skip: frozenset[str] = frozenset()) -> str:
@@ -161,18 +192,20 @@ def find_function(module: ir.Module) -> ir.Operation:
     raise ValueError("module holds no func.func")
 
 
-def region_key(module: ir.Module, text: str | None = None) -> RegionKey:
-    """Structural key of the region in `module`; `text` is its printed form if already made."""
-    text = module_text(module) if text is None else text
-    return function_key(find_function(module), text)
+def region_key(module: ir.Module, text: str | None = None,
+               tokens: dict[str, str] | None = None) -> RegionKey:
+    """Structural key of the region in `module`; `text` is its printed form if already made,
+    `tokens` the blob-token table of the model it came from (`module_blob_tokens`)."""
+    return function_key(find_function(module), text, tokens)
 
 
-def function_key(fn: ir.Operation, text: str | None = None) -> RegionKey:
-    """Structural key of a `func.func`; `text`: its printed module (for resources)."""
-    if text is None:
-        parent = fn.parent
-        text = parent.get_asm(assume_verified=True) if parent is not None else ""
-    canon = _Canonicalizer(parse_resources(text))
+def function_key(fn: ir.Operation, text: str | None = None,
+                 tokens: dict[str, str] | None = None) -> RegionKey:
+    """Structural key of a `func.func`; blobs are read from `tokens`, else from the table of
+    its own module, else from `text` (its printed module) or a print made now."""
+    if tokens is None:
+        tokens = module_blob_tokens(fn.parent)
+    canon = _Canonicalizer(_Tokens(fn, text, tokens))
     canon.lines.append(f"key{KEY_VERSION} func {canon.attrs(fn, _SKIPPED_FUNC_ATTRS)}")
     for block in fn.regions[0].blocks:
         canon.block(block, 0)

@@ -38,6 +38,7 @@ from collage_mlir.cost.key import (
     function_key,
     host_fingerprint,
     measurement_key,
+    module_blob_tokens,
     module_text,
 )
 from collage_mlir.cost.key import region_key as compute_region_key
@@ -189,7 +190,8 @@ class MeasuringEstimator(CostEstimator):
         if memo not in self._regions:
             try:
                 module = sub_graph.extract("region")
-                self._regions[memo] = compute_region_key(module, module_text(module))
+                tokens = module_blob_tokens(sub_graph.graph.func_op.parent)
+                self._regions[memo] = compute_region_key(module, tokens=tokens)
             except Exception as e:  # a region that cannot be extracted: out, with the reason
                 self._regions[memo] = e
         got = self._regions[memo]

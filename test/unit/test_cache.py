@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import onnx
 import onnx.parser
 import pytest
@@ -139,13 +140,40 @@ def test_large_constants_keyed_by_size_not_values():
 
 
 def test_splat_blobs_are_marked():
-    from collage_mlir.cost.key import _blob_token
+    from collage_mlir.cost.key import blob_token
 
     size = 2 * SMALL_CONSTANT_BYTES
-    assert _blob_token("3F800000" * (size // 4)) == f"large{size}splat"  # f32 1.0 repeated
-    assert _blob_token("00" * size) == f"large{size}splat"
-    assert _blob_token("0000803F" * (size // 4 - 1) + "00000040") == f"large{size}"
-    assert _blob_token("".join(f"{i % 256:02X}" for i in range(size))) == f"large{size}"
+    assert blob_token(bytes.fromhex("3F800000") * (size // 4)) == f"large{size}splat"
+    assert blob_token(bytes(size)) == f"large{size}splat"
+    almost = bytes.fromhex("0000803F") * (size // 4 - 1) + bytes.fromhex("00000040")
+    assert blob_token(almost) == f"large{size}"
+    assert blob_token(bytes(i % 256 for i in range(size))) == f"large{size}"
+
+
+def test_import_token_table_gives_the_keys_the_printed_blobs_give():
+    """Keys read blob tokens from the import's table instead of printing the weights; both
+    ways must agree, or a model would key differently as .onnx and as .mlir."""
+    from collage_mlir.cost.key import module_blob_tokens
+
+    rng = np.random.default_rng(0)
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,64] x) => (float[1,64] y) {
+          a = MatMul(x, w)
+          b = Add(a, bias)
+          y = Relu(b)
+        }""")
+    model.graph.initializer.extend([
+        onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w"),
+        onnx.numpy_helper.from_array(np.full(64, 0.5, np.float32), "bias")])
+    module = import_onnx(model)
+    table = module_blob_tokens(module)
+    assert set(table) == {"w", "bias"} and table["w"] == f"large{64 * 64 * 4}"
+    graph = DataflowGraph(find_function(module))
+    for n in graph.op_nodes():
+        region = SubGraph(graph, 1 << n.index).extract()  # a new module: no table of its own
+        assert not module_blob_tokens(region)
+        assert region_key(region, tokens=table) == region_key(region)
 
 
 def test_repeated_blocks_of_resnet_share_keys():
