@@ -194,9 +194,11 @@ class _Constants:
         self.graph = graph
 
     def __contains__(self, name: str) -> bool:
-        return name in self.protos
+        return name in self.protos or name in self.arrays
 
     def nbytes(self, name: str) -> int:
+        if name in self.arrays:
+            return int(self.arrays[name].nbytes)
         t = self.protos[name]
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
         return int(np.prod(t.dims, dtype=np.int64)) * itemsize
@@ -219,8 +221,11 @@ def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
     outputs = {o.name for o in graph.output}
     kept, folded = [], False
     for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] not in values:
+            values.arrays[node.output[0]] = _constant_value(node, opset)  # stays a node
         results = None
-        if not outputs.intersection(node.output) and node.domain in ("", "ai.onnx"):
+        if (node.op_type != "Constant" and not outputs.intersection(node.output)
+                and node.domain in ("", "ai.onnx")):
             results = _try_fold(node, types, values, opset)
         if results is None:
             kept.append(node)
@@ -238,10 +243,6 @@ def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
 def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
               values: _Constants, opset: int) -> list[np.ndarray] | None:
     """The node's output values when they follow from constants and static shapes."""
-    if node.op_type == "Constant":
-        return [numpy_helper.to_array(onnx.helper.get_attribute_value(node.attribute[0]))
-                if node.attribute[0].type == onnx.AttributeProto.TENSOR
-                else _evaluate(node, {}, opset)[0]]
     if node.op_type in ("Shape", "Size"):
         dims = _static(types.get(node.input[0]))
         if dims is None:
@@ -265,6 +266,14 @@ def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
     except Exception:  # an op the reference cannot evaluate stays an op
         return None
     return [_as_declared(r, types.get(o)) for r, o in zip(results, node.output, strict=False)]
+
+
+def _constant_value(node: onnx.NodeProto, opset: int) -> np.ndarray:
+    """The value of a Constant node (kept as a node: small constants stay readable)."""
+    attr = node.attribute[0]
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    return _evaluate(node, {}, opset)[0]
 
 
 def _small_enough(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],

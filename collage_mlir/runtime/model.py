@@ -47,8 +47,8 @@ def clone_module(module: ir.Module) -> ir.Module:
     rewrites a module in place, so keep a copy when another decision may still be built."""
     with module.context, ir.Location.unknown():
         copy = ir.Module.create()
-        for named in module.operation.attributes:
-            copy.operation.attributes[named.name] = named.attr
+        for name, attr in module.operation.attributes.items():
+            copy.operation.attributes[name] = attr
         with ir.InsertionPoint(copy.body):
             for op in module.body.operations:
                 op.clone()

@@ -153,8 +153,11 @@ def test_two_convex_regions_forming_a_cycle_are_not_chosen():
 def test_no_cover_names_the_first_uncovered_node():
     graph, (n0, n1, n2) = graph_of([[], [0], [1]])
     cands = [cand(graph, [n0], "a"), cand(graph, [n1], "a"), cand(graph, [n2], "a")]
-    with pytest.raises(CollageError, match=rf"node {n1} \(Neg\)"):
+    with pytest.raises(CollageError, match=rf"no backend can run Neg node {n1}: a: no cost$"):
         search(graph, cands, [1.0, math.inf, 1.0])
+    with pytest.raises(CollageError, match=rf"Neg node {n1}: a: invalid: it crashed$"):
+        search(graph, cands, [1.0, math.inf, 1.0],
+               reason=lambda c: "invalid: it crashed" if c.inside == cands[1].inside else "")
 
 
 def test_no_cover_because_of_overlap():

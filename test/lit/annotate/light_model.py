@@ -29,8 +29,8 @@ print("whole function candidate backends:",
       sorted(set(re.findall(r'backend = "(\w+)", nodes = array<i64: ' + whole + r'>', text))))
 
 # CHECK: collage-annotate @{{.*}}: {{[0-9]+}} candidates
-# CHECK-DAG: iree: {{[0-9]+}} (fuse_ops: {{[0-9]+}}, maximal: 1, op: 69)
-# CHECK-DAG: onnxruntime: {{[0-9]+}} (connected: {{[0-9]+}}, maximal: 1, op: 69)
-# CHECK-DAG: openvino: {{[0-9]+}} (connected: {{[0-9]+}}, maximal: 1, op: 69)
-# CHECK: rc=0 stamped=69 unstamped=0
+# CHECK-DAG: iree: {{[0-9]+}} (fuse_ops: {{[0-9]+}}, maximal: 1, op: 68)
+# CHECK-DAG: onnxruntime: {{[0-9]+}} (connected: {{[0-9]+}}, maximal: 1, op: 68)
+# CHECK-DAG: openvino: {{[0-9]+}} (connected: {{[0-9]+}}, maximal: 1, op: 68)
+# CHECK: rc=0 stamped=68 unstamped=0
 # CHECK: whole function candidate backends: ['iree', 'onnxruntime', 'openvino']

@@ -1,7 +1,7 @@
 // RUN: not collage-opt %s --pass-pipeline='builtin.module(collage-search{cost=table:%S/Inputs/partial.json})' 2>&1 | filecheck %s
 
 // Node 2 (Abs) has no candidate at all: the error names it.
-// CHECK: no exact cover: node 2 (Abs) has no candidate with a finite cost
+// CHECK: no backend can run Abs node 2: no backend offered a candidate
 func.func @gap(%arg0: !torch.vtensor<[1,8],f32>) -> !torch.vtensor<[1,8],f32> attributes {
     collage.candidates = [
       {backend = "iree", nodes = array<i64: 1>, rule = "op"},
