@@ -320,3 +320,16 @@ def test_error_rows_cost_inf_and_are_measured_again(tmp_path, graph):
         (cost,) = est.estimate([cand])
         assert 0 < cost < math.inf and est.stats.measured == 1
         assert est.cache.get_many([m.key])[m.key].status == OK
+
+
+def test_a_backend_failing_every_candidate_leaves_the_model_to_the_others(tmp_path, graph):
+    from collage_mlir.search.search import search
+
+    backends = {NUMPY: {}, FAULT: {"mode": "compile_error", "on": "*"}}
+    with estimator(tmp_path, backends) as est:
+        cands = single_op(graph, "fault") + single_op(graph, "numpy_test")
+        costs = est.estimate(cands)
+        assert all(math.isinf(c) for c, k in zip(costs, cands, strict=True)
+                   if k.backend == "fault")
+        picked = search(graph, cands, costs, reason=est.reason)
+        assert {c.candidate.backend for c in picked.choices} == {"numpy_test"}

@@ -1,0 +1,72 @@
+"""Models as users export them (test/data/exported): they import static, partition across the
+real backends from the original file, and compute what torch computed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import collage_mlir
+from collage_mlir.errors import CollageError
+from collage_mlir.runtime.compare import whole_model_runner
+from collage_mlir.tools import cli
+
+DATA = Path(__file__).parents[1] / "data" / "exported"
+MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2"]
+
+
+def _reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    saved = np.load(DATA / f"{name}.npz")
+    return {k: saved[k] for k in saved.files if k != "expected"}, saved["expected"]
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_exports_import_with_every_value_static(name: str) -> None:
+    original = onnx.load(str(DATA / f"{name}.onnx"))
+    module = collage_mlir.import_onnx(DATA / f"{name}.onnx")
+    body = str(module).split("{-#")[0]
+    assert "?" not in body and "onnx.Shape" not in body
+    feeds, want = _reference(name)
+    (got,) = whole_model_runner(module, "onnxruntime")(list(feeds.values()))
+    assert _relative(got, want) < 1e-4
+    assert len(original.graph.node) > body.count("torch.operator")  # shape code folded away
+
+
+def test_dynamic_batch_needs_a_shape_and_takes_one(capsys) -> None:
+    path = DATA / "tiny_bert_dynbatch.onnx"
+    with pytest.raises(CollageError, match=r"input 'input_ids' has dynamic shape \[batch,16\]"
+                                           r".*--input-shape input_ids=1x16"):
+        collage_mlir.import_onnx(path)
+    assert cli.main(["import", str(path), "-o", "/dev/null"]) == 1
+    assert "--input-shape" in capsys.readouterr().err
+    shapes = {"input_ids": (2, 16), "attention_mask": (2, 16)}
+    module = collage_mlir.import_onnx(path, input_shapes=shapes)
+    feeds, want = _reference("tiny_bert")
+    batch = [np.concatenate([v, v]) for v in feeds.values()]
+    (got,) = whole_model_runner(module, "onnxruntime")(batch)
+    assert got.shape == (2, *want.shape[1:])
+    assert _relative(got[1:], want) < 1e-4
+
+
+@pytest.mark.slow
+def test_exported_transformer_partitions_on_three_backends(tmp_path) -> None:
+    model = collage_mlir.compile(DATA / "tiny_bert.onnx",
+                                 backends=["onnxruntime", "openvino", "iree"],
+                                 cache=tmp_path / "c.sqlite", max_depth=2)
+    feeds, want = _reference("tiny_bert")
+    (got,) = model.run(feeds)
+    assert _relative(got, want) < 1e-3
+    (ort,) = whole_model_runner(collage_mlir.import_onnx(DATA / "tiny_bert.onnx"),
+                                "onnxruntime")(list(feeds.values()))
+    assert _relative(got, ort) < 1e-3
+    out = model.save(tmp_path / "out")
+    loaded = collage_mlir.load(out)
+    with pytest.raises(CollageError, match=r"built for \[1,16\]"):
+        loaded.run({k: np.concatenate([v, v]) for k, v in feeds.items()})
