@@ -49,8 +49,10 @@ class MeasureSettings:
     (at least `min_runs_on_budget` calls), or `max_runs`. Big kernels live on that floor: at
     3 calls one slow call in a busy moment moved IREE's whole-alexnet median by 10% and the
     search split a model that runs faster whole; 5 calls outvote two outliers.
-    Check: every output element within `atol_scale * max(1, max|ref|) + rtol * |ref|` of the
-    reference. fp32 backends differ
+    Check: the same dtype and shape as the reference, NaN where it has NaN, and every output
+    element within `atol_scale * max|ref| + rtol * |ref|` of the reference — relative to the
+    output's own magnitude, so an all-zero or doubled output of a small-valued reference fails
+    (a floor of 1 on max|ref| let zeros pass for a reference of 1e-3). fp32 backends differ
     more than reordering alone suggests: OpenVINO's whole squeezenet (26 convolutions, some
     Winograd) is 1e-3 off onnxruntime on a softmax output of magnitude 1, which the first,
     tighter bounds (1e-4, 1e-3) wrongly called invalid. A wrong kernel is off by far more.
@@ -154,6 +156,8 @@ def compare(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
         out, ref = np.asarray(out), np.asarray(ref)
         if out.shape != ref.shape:
             return f"wrong numbers: output {k} has shape {out.shape}, reference {ref.shape}"
+        if out.dtype != ref.dtype:
+            return f"wrong numbers: output {k} is {out.dtype}, reference {ref.dtype}"
         if ref.dtype.kind not in "fc":
             if not np.array_equal(out, ref):
                 return f"wrong numbers: output {k} differs in {int((out != ref).sum())} elements"
@@ -162,7 +166,7 @@ def compare(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
         finite = np.isfinite(ref64)
         if not np.array_equal(np.isnan(out64), np.isnan(ref64)):
             return f"wrong numbers: output {k} has NaN where the reference has none (or back)"
-        scale = max(1.0, float(np.abs(ref64[finite]).max(initial=0.0)))
+        scale = max(SCALE_FLOOR, float(np.abs(ref64[finite]).max(initial=0.0)))
         err = np.abs(out64 - ref64)
         err[~finite] = np.where(out64[~finite] == ref64[~finite], 0.0, np.inf)
         tol = s.atol_scale * scale + s.rtol * np.abs(np.where(finite, ref64, 0.0))
@@ -171,6 +175,10 @@ def compare(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
             return (f"wrong numbers: max abs err {worst:.3g} in output {k} "
                     f"(max |ref| {scale:.3g}, rtol {s.rtol:g})")
     return None
+
+
+SCALE_FLOOR = 1e-6
+"""max|ref| below this counts as this: an all-zero reference still allows round-off."""
 
 
 # -- the worker ----------------------------------------------------------------------------

@@ -212,6 +212,19 @@ def test_compare_tolerates_reordering_not_errors():
     assert "outputs" in compare([ref, ref], [ref], MeasureSettings())
 
 
+def test_compare_is_relative_to_the_outputs_magnitude_and_exact_on_dtype():
+    small = np.full((1, 1000), 1e-3, np.float32)
+    s = MeasureSettings()
+    assert compare([small * (1 + 1e-5)], [small], s) is None
+    assert "wrong numbers" in compare([np.zeros_like(small)], [small], s)
+    assert "wrong numbers" in compare([small * 2], [small], s)
+    assert "wrong numbers" in compare([small * 1.05], [small], s)
+    assert "is float64, reference float32" in compare([small.astype(np.float64)], [small], s)
+    assert "is int32" in compare([np.ones((2,), np.int32)], [np.ones((2,), np.int64)], s)
+    zero = np.zeros((4,), np.float32)
+    assert compare([zero + 1e-12], [zero], s) is None
+
+
 def test_fit_recovers_line_and_clips():
     points = [(n, 5e-6 + 2e-10 * n) for n in (1024, 65536, 1 << 20, 4 << 20)]
     per_call, per_byte = fit(points)
