@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import onnx
 from iree.compiler import ir
@@ -24,6 +23,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph, SubGraphConfig
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.common import functions
+from collage_mlir.paths import user_path
 from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.compare import random_inputs, whole_model_runner
 from collage_mlir.runtime.model import PartitionedModel, clone_module
@@ -44,13 +44,13 @@ def load_module(model: ModelInput, input_shapes: InputShapes | None = None) -> i
     `input_shapes` (name → dims) specialises an ONNX model's dynamic inputs; MLIR input is
     static already (it was imported) and takes none."""
     if isinstance(model, onnx.ModelProto) or (
-            not isinstance(model, ir.Module) and Path(model).suffix != ".mlir"):
+            not isinstance(model, ir.Module) and user_path(model).suffix != ".mlir"):
         return import_onnx(model, input_shapes=input_shapes)
     if input_shapes:
         raise CollageError("input shapes apply to ONNX models; MLIR input is static already")
     if isinstance(model, ir.Module):
         return model
-    path = Path(model)
+    path = user_path(model)
     try:
         return parse_mlir(path.read_text(), str(path))
     except OSError as e:

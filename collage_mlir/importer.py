@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
 import onnx
 from iree.compiler import ir
@@ -19,6 +18,7 @@ from iree.compiler.extras import onnx_importer
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
+from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, make_static
 
 ModelLike = str | os.PathLike | onnx.ModelProto
@@ -28,7 +28,7 @@ def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
     """Load and check an ONNX model; returns it with a label (its path) for messages."""
     if isinstance(model, onnx.ModelProto):
         return model, model.graph.name or "<model>"
-    path = Path(model)
+    path = user_path(model)
     if not path.is_file():
         raise CollageError(f"{path}: no such file")
     try:

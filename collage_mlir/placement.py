@@ -23,6 +23,7 @@ from pathlib import Path
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, Node
+from collage_mlir.paths import user_path
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Placement:
     @staticmethod
     def from_json(path: str | Path) -> Placement:
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(user_path(path).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise CollageError(f"{path}: cannot read placement file: {e}") from None
         entries = data.get("placement") if isinstance(data, dict) else None

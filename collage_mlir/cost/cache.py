@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from collage_mlir.paths import user_path
+
 OK, INVALID, ERROR = "ok", "invalid", "error"
 STATUSES = (OK, INVALID, ERROR)
 SCHEMA_VERSION = 1
@@ -75,7 +77,7 @@ CREATE TABLE IF NOT EXISTS capabilities (
 def default_cache_path() -> Path:
     """`$COLLAGE_CACHE`, else `$XDG_CACHE_HOME/collage_mlir/cache.sqlite`, else ~/.cache/…"""
     if os.environ.get("COLLAGE_CACHE"):
-        return Path(os.environ["COLLAGE_CACHE"]).expanduser()
+        return user_path(os.environ["COLLAGE_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "collage_mlir" / "cache.sqlite"
 
@@ -134,7 +136,7 @@ class MeasurementCache:
     """Open (creating if needed) the cache at `path` (default: `default_cache_path()`)."""
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
-        self.path = Path(path) if path is not None else default_cache_path()
+        self.path = user_path(path) if path is not None else default_cache_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
                                      isolation_level=None, check_same_thread=False)

@@ -22,6 +22,7 @@ from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
 from collage_mlir.importer import parse_mlir
+from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import ReportRow, format_report
 from collage_mlir.runtime.verify import Verdict
@@ -180,7 +181,7 @@ class PartitionedModel:
     # -- persistence --------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        out = Path(directory)
+        out = user_path(directory)
         out.mkdir(parents=True, exist_ok=True)
         (out / "model.mlir").write_text(self.mlir)
         regions = region_functions(self.module)
@@ -207,7 +208,7 @@ class PartitionedModel:
 
 def load(directory: str | os.PathLike) -> PartitionedModel:
     """Load a PartitionedModel saved by `save`, using the saved artifacts where present."""
-    d = Path(directory)
+    d = user_path(directory)
     try:
         manifest = json.loads((d / "manifest.json").read_text())
         text = (d / "model.mlir").read_text()

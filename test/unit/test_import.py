@@ -94,3 +94,17 @@ def test_old_opset_is_upgraded_and_can_be_kept(light_model):
     opset = "torch.onnx_meta.opset_version"
     assert upgraded.body.operations[0].attributes[opset].value == MIN_OPSET
     assert kept.body.operations[0].attributes[opset].value == 9
+
+
+def test_paths_expand_home_and_variables(tmp_path, monkeypatch):
+    from collage_mlir.cost.cache import MeasurementCache
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("MODELS", str(tmp_path / "models"))
+    (tmp_path / "models").mkdir()
+    onnx.save(_bad_op_model(), tmp_path / "models" / "m.onnx")
+    with pytest.raises(CollageError, match="unsupported op"):  # found, read, then refused
+        collage_mlir.import_onnx("$MODELS/m.onnx")
+    cache = MeasurementCache("~/sub/c.sqlite")
+    cache.close()
+    assert (tmp_path / "sub" / "c.sqlite").is_file()
