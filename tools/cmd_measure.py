@@ -72,8 +72,10 @@ def winner(costs: dict[str, float]) -> str:
 
 
 def print_table(rows: list[tuple[str, str, int, dict[str, float]]], backends: Sequence[str],
-                out=sys.stdout) -> None:
-    """rows: (first node, signature, count, cost per backend)."""
+                out=None) -> None:
+    """rows: (first node, signature, count, cost per backend); to `out` (default: stdout as
+    it is at call time)."""
+    out = out or sys.stdout
     header = ["node", "op (inputs) -> (outputs)", "n", *[f"{b} ms" for b in backends], "winner"]
     cells = [[node, sig, str(n), *[fmt_cost(costs.get(b)) for b in backends], winner(costs)]
              for node, sig, n, costs in rows]
