@@ -219,6 +219,7 @@ class Worker:
                 modules.append(parse_mlir(item["text"], f"region {item['id']}"))
             except Exception as e:
                 modules.append(e)
+            item["text"] = None  # a whole model's text is twice its weights: free it now
         if msg.get("batch") and len(items) > 1:
             self.send(event="compiling", ids=[i["id"] for i in items])
             good = [m for m in modules if not isinstance(m, Exception)]
@@ -311,6 +312,7 @@ def main() -> int:
     handlers = {"init": worker.init, "measure": worker.measure, "transition": worker.transition}
     for line in sys.stdin:
         msg = json.loads(line)
+        del line  # the command holds the region texts; the raw line need not
         if msg["cmd"] == "exit":
             break
         try:

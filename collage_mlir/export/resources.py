@@ -27,7 +27,7 @@ ELEMENT_DTYPES: dict[str, np.dtype] = {
 _SECTION = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{(.*?)\}\s*\}\s*#-\}", re.S)
 _ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
 _HANDLE = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>\s*:\s*tensor<([^>]*)>')
-_CACHE_SIZE = 8
+_CACHE_SIZE = 2  # each table holds a module's weights: a few regions of one model at a time
 _cache: OrderedDict[int, tuple[ir.Module, dict[str, bytes]]] = OrderedDict()
 
 
