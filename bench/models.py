@@ -5,16 +5,18 @@ downloaded here) and written by `torch.onnx.export` (the TorchScript exporter, o
 simplifier): the files keep the run-time shape computations (Shape → Gather → Concat →
 Reshape, attention masks from the sequence length) that users' exports contain.
 
-Weights: the configs' default init makes deep CNN outputs ~1e-20 (denormals, which time
-differently per backend and make output checks meaningless). So linear and convolution
-weights are Kaiming-normal, biases zero, layer norms unit, and every batch norm's running
-statistics are calibrated on random inputs (its output has unit variance at every depth, as
-in a trained network). `python bench/models.py --list` prints each model's output magnitude.
+Why re-initialise: the configs' default init makes deep CNN outputs ~1e-20 (denormals, which
+time differently per backend and make output checks meaningless). So linear and convolution
+weights are Kaiming-normal, biases zero, layer norms unit, embeddings standard-normal, and
+every batch norm's running statistics are calibrated on random inputs (its output has unit
+variance at every depth, as in a trained network). Everything is seeded: exports are
+deterministic. `python bench/models.py` prints each model's output magnitude.
 
-    python bench/models.py [NAMES...] [--out DIR] [--dynamic-batch] [--list]
+    python bench/models.py [NAMES...] [--out DIR] [--dynamic-batch] [--force] [--list]
+    python bench/models.py --fixtures test/data/exported   # the committed test models
 
-Torch and transformers are bench/test-only dependencies:
-`pip install torch==2.13.0 transformers`.
+Torch and transformers are bench-only dependencies (`pip install -e '.[bench]'`); importing
+this module works without them, exporting does not.
 """
 
 from __future__ import annotations
@@ -28,12 +30,25 @@ from pathlib import Path
 
 import numpy as np
 
+FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2"]  # + tiny_bert with dynamic batch
+
 
 @dataclass(frozen=True)
 class ZooModel:
     build: Callable[[], object]  # () -> torch.nn.Module returning one tensor
-    inputs: dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, "tokens:N" | "image")
+    inputs: dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, "tokens:N"|"mask"|"image")
     output: str
+
+
+def _require():
+    """(torch, transformers), or an ImportError saying how to get them."""
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"bench/models.py needs torch and transformers ({e}): "
+                          "pip install -e '.[bench]' (torch==2.13.0, transformers)") from e
+    return torch, transformers
 
 
 def _tokens(vocab: int, seq: int) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -47,9 +62,7 @@ def _image(size: int) -> dict[str, tuple[tuple[int, ...], str]]:
 def _encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
     """A text model returning its last hidden state, called by keyword (transformers 5)."""
     def build():
-        import torch
-        import transformers
-
+        torch, transformers = _require()
         model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
 
         class Encoder(torch.nn.Module):
@@ -65,13 +78,13 @@ def _encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
     return build
 
 
-def _classifier(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
-    """An image classifier returning its logits."""
+def _classifier(model_cls: str, config_cls: str, num_labels: int = 1000,
+                **config) -> Callable[[], object]:
+    """An image classifier returning its logits (an ImageNet head unless told)."""
     def build():
-        import torch
-        import transformers
-
-        model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
+        torch, transformers = _require()
+        config_ = getattr(transformers, config_cls)(num_labels=num_labels, **config)
+        model = getattr(transformers, model_cls)(config_)
 
         class Classifier(torch.nn.Module):
             def __init__(self) -> None:
@@ -105,18 +118,20 @@ ZOO: dict[str, ZooModel] = {
                                 _image(224), "logits"),
     "resnet50": ZooModel(_classifier("ResNetForImageClassification", "ResNetConfig"),
                          _image(224), "logits"),
-    # small ones for tests (committed under test/data/exported)
+    # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,
                                    intermediate_size=128, vocab_size=1000,
                                    max_position_embeddings=64), _tokens(1000, 16),
                           "last_hidden_state"),
     "tiny_gpt2": ZooModel(_encoder("GPT2Model", "GPT2Config", n_layer=2, n_embd=64, n_head=2,
-                                   vocab_size=1000, n_positions=64), _tokens(1000, 16),
+                                   vocab_size=1000, n_positions=64, bos_token_id=0,
+                                   eos_token_id=0), _tokens(1000, 16),
                           "last_hidden_state"),
     "tiny_mobilenet_v2": ZooModel(_classifier("MobileNetV2ForImageClassification",
-                                              "MobileNetV2Config", depth_multiplier=0.35,
-                                              image_size=64, num_labels=10),
+                                              "MobileNetV2Config", depth_multiplier=0.25,
+                                              finegrained_output=False, image_size=64,
+                                              num_labels=10),
                                   _image(64), "logits"),
 }
 
@@ -129,26 +144,58 @@ def default_dir() -> Path:
     return Path(os.environ.get("COLLAGE_ZOO", "~/.cache/collage_mlir/zoo")).expanduser()
 
 
-def inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs a user would feed: token ids in the vocabulary, a mask of ones,
-    standard-normal images."""
+def _spec_of_file(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Input specs read from an .onnx file: a symbolic dim is 1, an integer input is a mask
+    if its name says so, else token ids below the rows of the table it (reshaped) indexes."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    rows = {init.name: init.dims[0] for init in model.graph.initializer if init.dims}
+    source, vocab = {}, {}  # value -> the input it reshapes; input -> rows it indexes
+    for n in model.graph.node:
+        if n.op_type in {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Cast"}:
+            source[n.output[0]] = source.get(n.input[0], n.input[0])
+        elif n.op_type == "Gather" and n.input[0] in rows:
+            vocab[source.get(n.input[1], n.input[1])] = rows[n.input[0]]
+    spec = {}
+    for value in model.graph.input:
+        if value.name in rows:  # an initializer listed as an input (old exports)
+            continue
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value or 1 for d in tensor.shape.dim)
+        if tensor.elem_type != onnx.TensorProto.INT64:
+            spec[value.name] = (shape, "image")
+        elif "mask" in value.name:
+            spec[value.name] = (shape, "mask")
+        else:
+            spec[value.name] = (shape, f"tokens:{vocab.get(value.name, 100)}")
+    return spec
+
+
+def inputs(name_or_path: str | os.PathLike, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs a user would feed a zoo model (by name, or an exported file of one; any
+    other .onnx file by its inputs): token ids in the vocabulary, a mask of ones,
+    standard-normal images; a dynamic batch is 1."""
+    key = str(name_or_path)
+    stem = Path(key).stem.removesuffix("_dynbatch")
+    spec = (ZOO[key].inputs if key in ZOO else ZOO[stem].inputs if stem in ZOO
+            else _spec_of_file(Path(key)))
     rng = np.random.default_rng(seed)
     out = {}
-    for key, (shape, kind) in ZOO[name].inputs.items():
+    for name, (shape, kind) in spec.items():
         if kind.startswith("tokens:"):
-            out[key] = rng.integers(0, int(kind.split(":")[1]), shape).astype(np.int64)
+            out[name] = rng.integers(0, int(kind.split(":")[1]), shape).astype(np.int64)
         elif kind == "mask":
-            out[key] = np.ones(shape, np.int64)
+            out[name] = np.ones(shape, np.int64)
         else:
-            out[key] = rng.standard_normal(shape).astype(np.float32)
+            out[name] = rng.standard_normal(shape).astype(np.float32)
     return out
 
 
 def _initialise(model, sample: dict[str, np.ndarray]) -> None:
     """Kaiming-normal weights, unit norms, and batch-norm statistics calibrated on
     random inputs (see the module docstring)."""
-    import torch
-
+    torch, _ = _require()
     torch.manual_seed(0)
     norms = []
     for m in model.modules():
@@ -183,8 +230,7 @@ def _initialise(model, sample: dict[str, np.ndarray]) -> None:
 
 def build(name: str):
     """The torch module of a zoo model, initialised (deterministic)."""
-    import torch
-
+    torch, _ = _require()
     torch.manual_seed(0)
     model = ZOO[name].build()
     model.eval()
@@ -192,70 +238,120 @@ def build(name: str):
     return model
 
 
+def _path(name: str, out_dir: str | os.PathLike | None, dynamic_batch: bool) -> Path:
+    out = Path(out_dir).expanduser() if out_dir is not None else default_dir()
+    return out / f"{name}{'_dynbatch' if dynamic_batch else ''}.onnx"
+
+
+def _write(model, name: str, path: Path, dynamic_batch: bool) -> None:
+    """torch.onnx.export as a user calls it (external data, if any, lands beside `path`)."""
+    torch, _ = _require()
+    spec = ZOO[name]
+    feeds = tuple(torch.from_numpy(v) for v in inputs(name).values())
+    axes = {k: {0: "batch"} for k in [*spec.inputs, spec.output]} if dynamic_batch else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(model, feeds, str(path), opset_version=17,
+                          input_names=list(spec.inputs), output_names=[spec.output],
+                          dynamic_axes=axes, do_constant_folding=True, dynamo=False)
+
+
 def export(name: str, out_dir: str | os.PathLike | None = None, *, dynamic_batch: bool = False,
            force: bool = False) -> Path:
     """Export zoo model `name` (once; cached as OUT_DIR/NAME[_dynbatch].onnx)."""
-    import torch
-
-    out = Path(out_dir) if out_dir is not None else default_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}{'_dynbatch' if dynamic_batch else ''}.onnx"
-    if path.exists() and not force:
-        return path
-    spec = ZOO[name]
-    model = build(name)
-    feeds = {k: torch.from_numpy(v) for k, v in inputs(name).items()}
-    axes = ({k: {0: "batch"} for k in [*spec.inputs, spec.output]} if dynamic_batch else None)
-    with torch.no_grad():
-        torch.onnx.export(model, tuple(feeds.values()), str(path), opset_version=17,
-                          input_names=list(spec.inputs), output_names=[spec.output],
-                          dynamic_axes=axes, do_constant_folding=True, dynamo=False)
+    path = _path(name, out_dir, dynamic_batch)
+    if force or not path.exists():
+        _write(build(name), name, path, dynamic_batch)
     return path
 
 
-def reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def reference(name: str, model=None) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(inputs, torch's output for them)."""
-    import torch
-
+    torch, _ = _require()
     feeds = inputs(name)
     with torch.no_grad():
-        out = build(name)(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+        out = (model or build(name))(**{k: torch.from_numpy(v) for k, v in feeds.items()})
     return feeds, out.numpy()
 
 
-def _describe(name: str, path: Path, seconds: float) -> str:
+def fixtures(out_dir: str | os.PathLike) -> list[Path]:
+    """The test models: FIXTURES (static) and tiny_bert with a dynamic batch, each with
+    NAME.npz holding its inputs and torch's output for them (`expected`)."""
+    paths = []
+    for name in FIXTURES:
+        model = build(name)
+        paths.append(_path(name, out_dir, False))
+        _write(model, name, paths[-1], False)
+        feeds, want = reference(name, model)
+        np.savez(paths[-1].with_suffix(".npz"), **feeds, expected=want)
+    paths.append(export("tiny_bert", out_dir, dynamic_batch=True, force=True))
+    return paths
+
+
+def unknown_dims(path: Path) -> int:
+    """Values (intermediates and outputs) that onnx shape inference with data propagation
+    leaves without a shape or with a dim it cannot give a number."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(path)), data_prop=True)
+    values = [*model.graph.value_info, *model.graph.output]
+    return sum(not v.type.tensor_type.HasField("shape")
+               or any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)
+               for v in values)
+
+
+def stats(x: np.ndarray) -> str:
+    """Output magnitude: a well-scaled model gives max |x| of 0.1..100, nothing below 1e-30."""
+    finite = bool(np.all(np.isfinite(x)))
+    return (f"max|x| {float(np.max(np.abs(x))):.3g} std {float(np.std(x)):.3g} "
+            f"|x|<1e-30 {float(np.mean(np.abs(x) < 1e-30)):.0%}"
+            f"{'' if finite else ' NaN/Inf!'}")
+
+
+def describe(name: str, path: Path, model, took: str) -> str:
+    """One line: file, graph and output facts, and how onnxruntime matches torch."""
     import onnx
     import onnxruntime as ort
 
-    model = onnx.load(str(path), load_external_data=False)
-    shape_ops = sum(n.op_type == "Shape" for n in model.graph.node)
-    feeds, want = reference(name)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    shape_ops = sum(n.op_type == "Shape" for n in graph.node)
+    params = sum(p.numel() for p in model.parameters())
+    feeds, want = reference(name, model)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {k: v for k, v in feeds.items()
-                                if k in {i.name for i in session.get_inputs()}})
+    (got,) = session.run(None, feeds)
     err = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) or 1))
-    tiny = float(np.mean(np.abs(want) < 1e-30))
-    return (f"{name}: {path.stat().st_size / 2**20:.1f} MiB, {len(model.graph.node)} nodes, "
-            f"{shape_ops} Shape ops, export {seconds:.1f} s; output max |x| "
-            f"{float(np.max(np.abs(want))):.3g}, std {float(np.std(want)):.3g}, "
-            f"denormal-or-zero {tiny:.0%}; onnxruntime vs torch {err:.1e} (relative)")
+    return (f"{path.name}: {path.stat().st_size / 2**20:.2f} MiB, {params / 1e6:.2f} M params, "
+            f"{took}, {len(graph.node)} nodes, {shape_ops} Shape, {unknown_dims(path)} "
+            f"unknown-dim values; torch {stats(want)}; onnxruntime vs torch {err:.1e}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(ZOO)}")
+    p.add_argument("names", nargs="*", help="models (default: all but tiny_*): "
+                   + ", ".join(ZOO))
     p.add_argument("--out", default=None, help=f"directory (default {default_dir()})")
     p.add_argument("--dynamic-batch", action="store_true", help="export with a batch dim_param")
     p.add_argument("--force", action="store_true", help="export again even if the file exists")
     p.add_argument("--list", action="store_true", help="print the zoo and exit")
+    p.add_argument("--fixtures", metavar="DIR", help="write the test models to DIR and exit")
     args = p.parse_args()
     if args.list:
         print("\n".join(ZOO))
         return
+    if args.fixtures:
+        for path in fixtures(args.fixtures):
+            name = path.stem.removesuffix("_dynbatch")
+            print(describe(name, path, build(name), "written"), flush=True)
+        return
     for name in args.names or [n for n in ZOO if not n.startswith("tiny_")]:
-        t0 = time.perf_counter()
-        path = export(name, args.out, dynamic_batch=args.dynamic_batch, force=args.force)
-        print(_describe(name, path, time.perf_counter() - t0), flush=True)
+        path = _path(name, args.out, args.dynamic_batch)
+        model = build(name)
+        took = "cached"
+        if args.force or not path.exists():
+            t0 = time.perf_counter()
+            _write(model, name, path, args.dynamic_batch)
+            took = f"export {time.perf_counter() - t0:.1f} s"
+        print(describe(name, path, model, took), flush=True)
 
 
 if __name__ == "__main__":
