@@ -200,8 +200,7 @@ class _Constants:
         if name in self.arrays:
             return int(self.arrays[name].nbytes)
         t = self.protos[name]
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-        return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+        return _nbytes(t.data_type, t.dims)
 
     def array(self, name: str) -> np.ndarray:
         if name not in self.arrays:
@@ -285,11 +284,16 @@ def _small_enough(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
         dims = _static(value)
         if dims is None:
             continue  # unknown until evaluated: shape computations are small
-        elem = value.type.tensor_type.elem_type
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize if elem else 8
-        if int(np.prod(dims, dtype=np.int64)) * itemsize > budget:
+        if _nbytes(value.type.tensor_type.elem_type, dims) > budget:
             return False
     return True
+
+
+def _nbytes(elem_type: int, dims: Sequence[int]) -> int:
+    """Bytes of a tensor of ONNX element type `elem_type` (0: unknown, counted as 8)."""
+    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize \
+        if elem_type else 8
+    return int(np.prod(dims, dtype=np.int64)) * itemsize
 
 
 def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int

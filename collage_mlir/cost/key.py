@@ -108,19 +108,17 @@ class _Tokens:
     """Blob name → token: from the import's table, else from the printed module (printed
     at most once, and only when a blob is missing from the table)."""
 
-    def __init__(self, fn: ir.Operation, text: str | None, table: dict[str, str]) -> None:
-        self.fn, self.text, self.table = fn, text, table
+    def __init__(self, fn: ir.Operation, table: dict[str, str]) -> None:
+        self.fn, self.table = fn, table
         self.parsed: dict[str, str] | None = None
 
     def __call__(self, name: str) -> str:
         if name in self.table:
             return self.table[name]
         if self.parsed is None:
-            text = self.text
-            if text is None:
-                parent = self.fn.parent
-                text = parent.get_asm(assume_verified=True) if parent is not None else ""
-            self.parsed = parse_resources(text)
+            parent = self.fn.parent
+            self.parsed = parse_resources(
+                parent.get_asm(assume_verified=True) if parent is not None else "")
         hex_blob = self.parsed.get(name)
         return "missing" if hex_blob is None else blob_token(bytes.fromhex(hex_blob))
 
@@ -192,20 +190,18 @@ def find_function(module: ir.Module) -> ir.Operation:
     raise ValueError("module holds no func.func")
 
 
-def region_key(module: ir.Module, text: str | None = None,
-               tokens: dict[str, str] | None = None) -> RegionKey:
-    """Structural key of the region in `module`; `text` is its printed form if already made,
-    `tokens` the blob-token table of the model it came from (`module_blob_tokens`)."""
-    return function_key(find_function(module), text, tokens)
+def region_key(module: ir.Module, tokens: dict[str, str] | None = None) -> RegionKey:
+    """Structural key of the region in `module`; `tokens` is the blob-token table of the
+    model it came from (`module_blob_tokens`)."""
+    return function_key(find_function(module), tokens)
 
 
-def function_key(fn: ir.Operation, text: str | None = None,
-                 tokens: dict[str, str] | None = None) -> RegionKey:
+def function_key(fn: ir.Operation, tokens: dict[str, str] | None = None) -> RegionKey:
     """Structural key of a `func.func`; blobs are read from `tokens`, else from the table of
-    its own module, else from `text` (its printed module) or a print made now."""
+    its own module, else from its printed module."""
     if tokens is None:
         tokens = module_blob_tokens(fn.parent)
-    canon = _Canonicalizer(_Tokens(fn, text, tokens))
+    canon = _Canonicalizer(_Tokens(fn, tokens))
     canon.lines.append(f"key{KEY_VERSION} func {canon.attrs(fn, _SKIPPED_FUNC_ATTRS)}")
     for block in fn.regions[0].blocks:
         canon.block(block, 0)

@@ -150,6 +150,7 @@ class MeasuringEstimator(CostEstimator):
         self._regions: dict[tuple[int, int], RegionKey | Exception] = {}
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._reasons: dict[tuple[str, int, int], str] = {}
+        self._blob_tokens: dict[int, dict[str, str]] = {}
 
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
         if reference is None:
@@ -190,14 +191,20 @@ class MeasuringEstimator(CostEstimator):
         if memo not in self._regions:
             try:
                 module = sub_graph.extract("region")
-                tokens = module_blob_tokens(sub_graph.graph.func_op.parent)
-                self._regions[memo] = compute_region_key(module, tokens=tokens)
+                self._regions[memo] = compute_region_key(module, self._tokens(sub_graph.graph))
             except Exception as e:  # a region that cannot be extracted: out, with the reason
                 self._regions[memo] = e
         got = self._regions[memo]
         if isinstance(got, Exception):
             raise got
         return got
+
+    def _tokens(self, graph: DataflowGraph) -> dict[str, str]:
+        """The blob-token table of the graph's module, read once per graph."""
+        key = id(graph)
+        if key not in self._blob_tokens:
+            self._blob_tokens[key] = module_blob_tokens(graph.func_op.parent)
+        return self._blob_tokens[key]
 
     @staticmethod
     def region_text(sub_graph: SubGraph) -> str:
