@@ -39,15 +39,23 @@ def _tree_rss(root: int) -> tuple[int, int]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--interval", type=float, default=0.05)
+    p.add_argument("--timeline", type=float, default=0.0, metavar="S",
+                   help="also print main and tree RSS every S seconds (to find the phase)")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args()
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd)
     peak_main = peak_tree = 0
+    next_line = 0.0
     while proc.poll() is None:
         main_rss, tree = _tree_rss(proc.pid)
         peak_main, peak_tree = max(peak_main, main_rss), max(peak_tree, tree)
+        now = time.perf_counter() - t0
+        if args.timeline and now >= next_line:
+            print(f"[memory {now:7.1f} s] main {main_rss / 2**20:6.0f} MiB, "
+                  f"tree {tree / 2**20:6.0f} MiB", flush=True)
+            next_line = now + args.timeline
         time.sleep(args.interval)
     print(f"exit {proc.returncode} after {time.perf_counter() - t0:.1f} s; peak RSS: "
           f"main process {peak_main / 2**20:.0f} MiB, whole tree {peak_tree / 2**20:.0f} MiB")

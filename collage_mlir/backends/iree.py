@@ -24,6 +24,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, BackendKind, Kernel
 from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.export.resources import materialize
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
 
@@ -164,6 +165,7 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region") -> tup
     with ctx, ir.Location.unknown():
         combined = ir.Module.create()
         for module, name in zip(modules, names, strict=True):
+            materialize(module)  # IREE compiles the text: weights kept in a store go back in
             if _only_function(module).context is not ctx:
                 module = ir.Module.parse(str(module), ctx)
             clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))

@@ -16,6 +16,7 @@ import functools
 import importlib
 import logging
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from collage_mlir.cost.key import (
 from collage_mlir.cost.key import region_key as compute_region_key
 from collage_mlir.cost.worker import MeasureSettings, load_backend, settings_dict, shares_compiles
 from collage_mlir.errors import CollageError
+from collage_mlir.export.resources import WeightStore, portable_text
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 
@@ -151,6 +153,8 @@ class MeasuringEstimator(CostEstimator):
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._reasons: dict[tuple[str, int, int], str] = {}
         self._blob_tokens: dict[int, dict[str, str]] = {}
+        self._stores: dict[int, WeightStore | None] = {}
+        self._scratch: tempfile.TemporaryDirectory | None = None
 
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
         if reference is None:
@@ -161,6 +165,10 @@ class MeasuringEstimator(CostEstimator):
 
     def close(self) -> None:
         self.cache.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+        self._stores.clear()
 
     def __enter__(self) -> MeasuringEstimator:
         return self
@@ -206,10 +214,27 @@ class MeasuringEstimator(CostEstimator):
             self._blob_tokens[key] = module_blob_tokens(graph.func_op.parent)
         return self._blob_tokens[key]
 
-    @staticmethod
-    def region_text(sub_graph: SubGraph) -> str:
-        """The extracted region as the worker parses it."""
-        return module_text(sub_graph.extract("region"))
+    def _store(self, graph: DataflowGraph) -> WeightStore | None:
+        """The weight store of the graph's module, written once per graph into this
+        estimator's scratch directory; None (regions then carry their weights) if it fails."""
+        key = id(graph)
+        if key not in self._stores:
+            try:
+                if self._scratch is None:
+                    self._scratch = tempfile.TemporaryDirectory(prefix="collage-weights-")
+                directory = Path(self._scratch.name) / str(len(self._stores))
+                self._stores[key] = WeightStore.write(graph.func_op.parent, directory)
+            except OSError as e:
+                log.warning("cannot write a weight store (%s); regions carry their weights", e)
+                self._stores[key] = None
+        return self._stores[key]
+
+    def region_text(self, sub_graph: SubGraph) -> str:
+        """The extracted region as the worker parses it: large weights stay in the graph's
+        weight store, which the worker maps."""
+        module = sub_graph.extract("region")
+        store = self._store(sub_graph.graph)
+        return module_text(module) if store is None else portable_text(module, store)
 
     def key(self, candidate: CandidatePartition) -> str | None:
         """The cache key of a candidate, None for a backend this estimator does not know."""

@@ -1,18 +1,33 @@
-"""Reading `dense_resource` blobs back out of a module.
+"""Reading `dense_resource` blobs back out of a module, and keeping large ones out of its text.
 
 The MLIR Python bindings can create `dense_resource` attributes but cannot read their bytes.
 The printed module carries them in its `{-# dialect_resources: { builtin: {...} } #-}`
 section as hex strings whose first 4 bytes are the blob's alignment, so we print once, parse
 that section, and cache the table per module (printing a large model is the costly part).
+
+A region sent to a measuring worker as text would carry its weights as hex (twice their size),
+and each process would parse and keep its own copy. A `WeightStore` holds a module's large blobs
+once, in a file every process maps read-only (the OS shares the pages, and reads only what a
+region uses). `portable_text` prints a region with those blobs elided and the store's path in
+`collage.weights`; `module_resources` of such a module reads the elided blobs from the store,
+and `materialize` puts them back into the IR for a consumer that needs whole text (IREE).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import mmap
 import re
+import tempfile
 from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 from iree.compiler import ir
+
+from collage_mlir.dialects.collage import WEIGHTS
 
 ELEMENT_DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
@@ -47,14 +62,19 @@ def parse_resources(text: str) -> dict[str, bytes]:
     return out
 
 
-def module_resources(module: ir.Module | ir.Operation) -> dict[str, bytes]:
-    """The blob table of `module`, printed and parsed once per module (small LRU cache)."""
+def module_resources(module: ir.Module | ir.Operation) -> Mapping[str, bytes | memoryview]:
+    """The blob table of `module`, printed and parsed once per module (small LRU cache);
+    blobs the text leaves out come from the module's weight store, if it has one."""
     key = id(module)
     hit = _cache.get(key)
     if hit is not None and hit[0] is module:
         _cache.move_to_end(key)
         return hit[1]
-    table = parse_resources(str(module))
+    store = store_of(module)
+    if store is None:
+        table: Mapping[str, bytes | memoryview] = parse_resources(str(module))
+    else:
+        table = {**store.blobs(), **parse_resources(_elided_text(module))}
     _cache[key] = (module, table)  # holding the module keeps id(module) from being reused
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
@@ -67,7 +87,7 @@ def resource_key(attr: ir.Attribute) -> str | None:
     return _unquote(m.group(1)) if m else None
 
 
-def resource_array(attr: ir.Attribute, table: dict[str, bytes]) -> np.ndarray:
+def resource_array(attr: ir.Attribute, table: Mapping[str, bytes | memoryview]) -> np.ndarray:
     """The numpy value of a `dense_resource` attribute, shaped and typed from its tensor type."""
     m = _HANDLE.fullmatch(str(attr).strip())
     if not m:
@@ -84,3 +104,128 @@ def resource_array(attr: ir.Attribute, table: dict[str, bytes]) -> np.ndarray:
     if data.size != int(np.prod(shape, dtype=np.int64)) and data.size == 1:
         data = np.broadcast_to(data, shape)  # a splat blob
     return np.array(data.reshape(shape))
+
+
+# -- the weight store ----------------------------------------------------------------------
+
+STORE_MIN_BYTES = 4096
+"""Blobs larger than this live in the store; smaller ones (shapes, axes, scalars) stay in the
+text, where cache keys and rules read them."""
+_ELIDE_CHARS = 2 * (STORE_MIN_BYTES + 4) + 2  # the printer's limit counts a blob's hex digits
+_DATA, _INDEX = "weights.bin", "weights.json"
+_ALIGN = 64
+
+
+class WeightStore:
+    """The large blobs of one module: `<dir>/weights.bin`, indexed by `<dir>/weights.json`
+    (blob name → [offset, nbytes]), read through one shared read-only map."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        index = json.loads((self.path / _INDEX).read_text())
+        self.index: dict[str, tuple[int, int]] = {k: (int(o), int(n)) for k, (o, n) in index.items()}
+        self._map: mmap.mmap | None = None
+
+    @classmethod
+    def write(cls, module: ir.Module | ir.Operation, directory: str | Path) -> WeightStore:
+        """Copy `module`'s large blobs into a new store in `directory`. The module is printed
+        to a scratch file and read a line (one blob) at a time, never whole in memory."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        index: dict[str, tuple[int, int]] = {}
+        with tempfile.TemporaryFile("w+", dir=directory) as text, \
+                open(directory / _DATA, "wb") as data:
+            module.operation.print(file=text, assume_verified=True)
+            text.seek(0)
+            in_resources = False
+            for line in text:
+                in_resources = in_resources or line.startswith("{-#")
+                m = _ENTRY.match(line) if in_resources else None
+                if m is None or len(m.group(2)) <= 2 * (STORE_MIN_BYTES + 4) - 128:
+                    continue  # margin below the limit: whatever the printer elides is stored
+                blob = bytes.fromhex(m.group(2))[4:]
+                data.seek(-data.tell() % _ALIGN, 1)
+                index[_unquote(m.group(1))] = (data.tell(), len(blob))
+                data.write(blob)
+        (directory / _INDEX).write_text(json.dumps(index))
+        return cls(directory)
+
+    def blob(self, name: str) -> memoryview:
+        offset, nbytes = self.index[name]
+        if self._map is None:
+            with open(self.path / _DATA, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return memoryview(self._map)[offset:offset + nbytes]
+
+    def blobs(self) -> Mapping[str, memoryview]:
+        """Every blob by name, each mapped only when read."""
+        return _LazyBlobs(self)
+
+
+class _LazyBlobs(Mapping[str, memoryview]):
+    def __init__(self, store: WeightStore) -> None:
+        self.store = store
+
+    def __getitem__(self, name: str) -> memoryview:
+        return self.store.blob(name)
+
+    def __iter__(self):
+        return iter(self.store.index)
+
+    def __len__(self) -> int:
+        return len(self.store.index)
+
+
+@functools.lru_cache(maxsize=4)
+def open_store(path: str) -> WeightStore:
+    return WeightStore(path)
+
+
+def store_of(module: ir.Module | ir.Operation) -> WeightStore | None:
+    """The weight store named by the module's `collage.weights`, if any."""
+    attrs = module.operation.attributes
+    if WEIGHTS not in attrs:
+        return None
+    return open_store(ir.StringAttr(attrs[WEIGHTS]).value)
+
+
+def _elided_text(module: ir.Module | ir.Operation) -> str:
+    return module.operation.get_asm(large_resource_limit=_ELIDE_CHARS, assume_verified=True)
+
+
+def portable_text(module: ir.Module, store: WeightStore) -> str:
+    """`module` printed without the blobs `store` holds, naming the store instead: what a
+    worker parses. Sets `collage.weights` on `module`."""
+    module.operation.attributes[WEIGHTS] = ir.StringAttr.get(str(store.path), module.context)
+    return _elided_text(module)
+
+
+def materialize(module: ir.Module) -> None:
+    """Give every blob that `module`'s text leaves out back to its IR, mapped from the store
+    (no copy), and drop `collage.weights`: afterwards `str(module)` is whole."""
+    store = store_of(module)
+    if store is None:
+        return
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        attrs = op.attributes
+        for name, attr in [(attrs[i].name, attrs[i].attr) for i in range(len(attrs))]:
+            m = _HANDLE.fullmatch(str(attr).strip()) if _is_resource(attr) else None
+            if m and _unquote(m.group(1)) in store.index:
+                array = np.frombuffer(store.blob(_unquote(m.group(1))), np.uint8)
+                attrs[name] = ir.DenseResourceElementsAttr.get_from_buffer(
+                    array, _unquote(m.group(1)), attr.type, alignment=_ALIGN,
+                    context=module.context)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    del module.operation.attributes[WEIGHTS]
+    _cache.pop(id(module), None)
+
+
+def _is_resource(attr: ir.Attribute) -> bool:
+    try:
+        ir.DenseResourceElementsAttr(attr)
+    except ValueError:
+        return False
+    return True
