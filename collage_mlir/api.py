@@ -19,6 +19,7 @@ from iree.compiler import ir
 from collage_mlir.backends.registry import available_backends, registered_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph, SubGraphConfig
 from collage_mlir.importer import import_onnx, parse_mlir
@@ -52,9 +53,20 @@ def load_module(model: ModelInput, input_shapes: InputShapes | None = None) -> i
         return model
     path = user_path(model)
     try:
-        return parse_mlir(path.read_text(), str(path))
-    except OSError as e:
-        raise CollageError(f"{path}: {e.strerror}") from None
+        module = parse_mlir(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
+    _refuse_partitioned(module, str(path))
+    return module
+
+
+def _refuse_partitioned(module: ir.Module, label: str) -> None:
+    """A module already outlined by collage (functions carrying `collage.backend`) is the
+    output of partitioning, not an input to it."""
+    for op in module.body.operations:
+        if collage.BACKEND in op.operation.attributes:
+            raise CollageError(f"{label}: already partitioned (it has outlined collage "
+                               "regions); partition the original model instead")
 
 
 def resolve_backends(names: Sequence[str] | None, say=print) -> list[str]:
@@ -129,7 +141,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     with _timed(timings, "annotate"):
         graph = DataflowGraph(fn)
         config = SubGraphConfig(max_exits=max_exits, allow_taps=False,
-                                max_depth=max_depth or DEFAULT_MAX_DEPTH)
+                                max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth)
         candidates = generate_candidates(graph, specs_for(names), config)
         if placement is not None:
             from collage_mlir.placement import Placement

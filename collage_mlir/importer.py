@@ -9,6 +9,7 @@ computations folded). Initializers become
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import onnx
@@ -27,15 +28,29 @@ ModelLike = str | os.PathLike | onnx.ModelProto
 def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
     """Load and check an ONNX model; returns it with a label (its path) for messages."""
     if isinstance(model, onnx.ModelProto):
+        _require_known_opset(model, model.graph.name or "<model>")
         return model, model.graph.name or "<model>"
     path = user_path(model)
+    if path.is_dir():
+        raise CollageError(f"{path}: is a directory, not an ONNX model")
     if not path.is_file():
         raise CollageError(f"{path}: no such file")
     try:
         proto = onnx.load(str(path))
     except Exception as e:  # protobuf gives a long message with no location
         raise CollageError(f"{path}: not a readable ONNX model ({type(e).__name__})") from None
+    _require_known_opset(proto, str(path))
     return proto, str(path)
+
+
+def _require_known_opset(proto: onnx.ModelProto, label: str) -> None:
+    """Refuse an opset newer than the installed onnx knows: its ops have no schema here (and
+    shape inference on such a model has crashed the process later on)."""
+    known = onnx.defs.onnx_opset_version()
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version > known:
+            raise CollageError(f"{label}: opset {entry.version} is newer than this onnx "
+                               f"({onnx.__version__}) knows (up to {known})")
 
 
 def check_model(proto: onnx.ModelProto, label: str) -> None:
@@ -138,8 +153,32 @@ def blob_tokens(proto: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
+_RESOURCE_LINE = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?\s*')
+
+
+def check_resource_section(text: str, label: str) -> None:
+    """Refuse a damaged `{-# dialect_resources ... #-}` section (a truncated file, a broken
+    hex blob) before MLIR parses it: the bindings' parser has crashed the process on the
+    second such file."""
+    start = text.find("{-#")
+    if start < 0:
+        return
+    first_line = text.count("\n", 0, start) + 1
+    end = text.find("#-}", start)
+    if end < 0:
+        raise CollageError(f"{label}:{first_line}: the resource section opened here is never "
+                           "closed (a truncated file?)")
+    for k, line in enumerate(text[start:end].splitlines()):
+        if '"0x' in line:
+            m = _RESOURCE_LINE.fullmatch(line)
+            if m is None or len(m.group(2)) % 2:
+                raise CollageError(f"{label}:{first_line + k}: malformed resource blob "
+                                   f"(expected name: \"0x<hex>\")")
+
+
 def parse_mlir(text: str, label: str = "<input>", context: ir.Context | None = None) -> ir.Module:
     """Parse MLIR text, turning the parser's diagnostics into a one-line CollageError."""
+    check_resource_section(text, label)
     context = context or make_context()
     try:
         return ir.Module.parse(text, context)

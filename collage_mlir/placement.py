@@ -16,6 +16,7 @@ A candidate survives only if every op inside allows its backend.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, Node
 from collage_mlir.paths import user_path
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class PlacementRule:
@@ -32,6 +35,7 @@ class PlacementRule:
     node_name: re.Pattern | None
     backend: str | None
     exclude: frozenset[str]
+    where: str = ""  # "FILE: placement[k]", for messages
 
     def matches(self, op_type: str, name: str) -> bool:
         return ((self.node_type is None or bool(self.node_type.fullmatch(op_type)))
@@ -71,7 +75,29 @@ class Placement:
 
     def filter(self, graph: DataflowGraph,
                candidates: list[CandidatePartition]) -> list[CandidatePartition]:
-        return [c for c in candidates if self.allowed(graph, c)]
+        """The candidates every rule allows. A rule pinning ops to a backend that is not in
+        play is an error naming the rule; a rule that matches no op is a warning."""
+        backends = {c.backend for c in candidates}
+        matched: set[int] = set()
+        for node in graph.op_nodes():
+            rule = self.rule_for(node.op_type, node_name(node))
+            if rule is not None:
+                matched.add(id(rule))
+                if rule.backend is not None and rule.backend not in backends:
+                    raise CollageError(
+                        f"{rule.where}: pins {node.op_type} node {node_name(node)!r} to "
+                        f"'{rule.backend}', which is not among the backends in use "
+                        f"({', '.join(sorted(backends))})")
+        for rule in self.rules:
+            if id(rule) not in matched:
+                log.warning("%s matches no op of this model", rule.where)
+        kept = [c for c in candidates if self.allowed(graph, c)]
+        for node in graph.op_nodes():
+            if not any(c.sub_graph.inside >> node.index & 1 for c in kept):
+                rule = self.rule_for(node.op_type, node_name(node))
+                raise CollageError(f"{rule.where if rule else 'placement'}: leaves "
+                                   f"{node.op_type} node {node_name(node)!r} no backend")
+        return kept
 
 
 def node_name(node: Node) -> str:
@@ -97,9 +123,15 @@ def _rule(path, k: int, entry: object) -> PlacementRule:
     exclude = rewrite.get("exclude", [])
     if backend is None and not exclude:
         raise CollageError(f"{where}: rewrite needs 'backend' or 'exclude'")
+    if backend is not None and not isinstance(backend, str):
+        raise CollageError(f"{where}: 'backend' must be a string, got {backend!r}")
+    if not isinstance(exclude, list) or not all(isinstance(b, str) for b in exclude):
+        raise CollageError(f"{where}: 'exclude' must be a list of backend names")
+    if not all(isinstance(v, str) for v in match.values()):
+        raise CollageError(f"{where}: 'match' values must be regex strings")
     try:
         return PlacementRule(_regex(match.get("node_type")), _regex(match.get("onnx_node_name")),
-                             backend, frozenset(exclude))
+                             backend, frozenset(exclude), where)
     except re.error as e:
         raise CollageError(f"{where}: bad regex: {e}") from None
 

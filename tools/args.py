@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
+from collage_mlir.errors import CollageError
+from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import parse_input_shape
 
 
@@ -17,3 +21,53 @@ def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
     """The `--input-shape` options as the API's `input_shapes` (None when none given)."""
     pairs = [parse_input_shape(a) for a in getattr(args, "input_shape", None) or []]
     return dict(pairs) or None
+
+
+def check_output_file(path: str) -> Path:
+    """Refuse, before any work, an output file that cannot be written: its folder is
+    missing or read-only, or the path is a directory."""
+    p = user_path(path)
+    if p.is_dir():
+        raise CollageError(f"{path}: is a directory (give a file name)")
+    if not p.parent.is_dir():
+        raise CollageError(f"{path}: folder {str(p.parent)!r} does not exist")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise CollageError(f"{path}: not writable")
+    return p
+
+
+def check_output_dir(path: str) -> Path:
+    """Refuse, before any work, an output directory that cannot be made: an existing file
+    is in the way, or its parent is missing or read-only."""
+    p = user_path(path)
+    if p.exists() and not p.is_dir():
+        raise CollageError(f"{path}: exists and is not a directory (give a new or existing "
+                           "directory for the partitioned model)")
+    parent = p if p.is_dir() else p.parent
+    if not parent.is_dir():
+        raise CollageError(f"{path}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise CollageError(f"{path}: not writable")
+    return p
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value

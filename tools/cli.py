@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from collage_mlir import __version__
+
 COMMANDS = {
     "import": "import an ONNX model into MLIR (ONNX-in-MLIR form)",
     "measure": "measure every single-op candidate on each backend",
@@ -28,12 +30,10 @@ def _module(name: str):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="collage-mlir",
                                      description="Collage on MLIR: mix inference backends.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
-        try:
-            module = _module(name)
-        except ModuleNotFoundError:
-            continue  # a command still being built
+        module = _module(name)
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
@@ -41,17 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from collage_mlir.errors import CollageError
+    from collage_mlir.tools.guard import guarded
 
     args = build_parser().parse_args(argv)
-    try:
-        return args._run(args)
-    except CollageError as e:
-        sys.stderr.write(f"collage-mlir: error: {e}\n")
-        return 1
-    except KeyboardInterrupt:
-        sys.stderr.write("collage-mlir: interrupted\n")
-        return 130
+    return guarded("collage-mlir", lambda: args._run(args))
 
 
 if __name__ == "__main__":

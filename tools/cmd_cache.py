@@ -24,11 +24,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.cache or default_cache_path()
     if args.action != "clear" and not os.path.exists(path):
         raise CollageError(f"{path}: no cache here yet (run `collage-mlir measure` first)")
-    try:
-        cache = MeasurementCache(path)
-    except Exception as e:  # not a SQLite file, or not ours
-        raise CollageError(f"{path}: not a usable cache ({e})") from None
-    with cache:
+    with MeasurementCache(path, readonly=args.action != "clear") as cache:
         if args.action == "stats":
             _stats(cache)
         elif args.action == "list":

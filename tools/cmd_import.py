@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+from collage_mlir.tools.args import add_input_shape_argument, check_output_file, input_shapes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.importer import import_onnx
 
+    if args.output != "-":
+        check_output_file(args.output)
     text = str(import_onnx(args.model, input_shapes=input_shapes(args)))
     if args.output == "-":
         sys.stdout.write(text)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
-from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+from collage_mlir.tools.args import add_input_shape_argument, input_shapes, positive_float
 
 DEFAULT_BACKENDS = "onnxruntime,openvino,iree"
 
@@ -27,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_BACKENDS})")
     p.add_argument("--cache", default=None,
                    help="cache file (default $COLLAGE_CACHE or ~/.cache/collage_mlir/cache.sqlite)")
-    p.add_argument("--timeout", type=float, default=60.0,
+    p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds one region may take to compile, check and time (default 60)")
-    p.add_argument("--budget", type=float, default=1.0,
+    p.add_argument("--budget", type=positive_float, default=1.0,
                    help="seconds of timing per kernel at most (default 1)")
     p.add_argument("--reference", default="onnxruntime",
                    help="backend every kernel's numbers are checked against ('none': unchecked)")
@@ -47,7 +47,11 @@ def load_function(path: str, shapes: dict[str, tuple[int, ...]] | None = None):
     if Path(path).suffix == ".mlir":
         if not Path(path).is_file():
             raise CollageError(f"{path}: no such file")
-        module = parse_mlir(Path(path).read_text(), path)
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise CollageError(f"{path}: cannot read ({e})") from None
+        module = parse_mlir(text, path)
     else:
         module = import_onnx(path, input_shapes=shapes)
     try:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+from collage_mlir.tools.args import (
+    add_input_shape_argument,
+    check_output_dir,
+    input_shapes,
+    positive_int,
+)
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -12,8 +17,11 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     add_input_shape_argument(p)
     p.add_argument("--backends", default="",
                    help="comma-separated backends (default: every available one)")
-    p.add_argument("--cache", default=None, help="measurement cache (SQLite file)")
-    p.add_argument("--max-depth", type=int, default=None, help="candidate depth limit")
+    p.add_argument("--cache", default=None,
+                   help="measurement cache (default $COLLAGE_CACHE or "
+                        "~/.cache/collage_mlir/cache.sqlite)")
+    p.add_argument("--max-depth", type=positive_int, default=None,
+                   help="candidate depth limit (default 3)")
     p.add_argument("--placement", default=None,
                    help="JSON placement file pinning or excluding backends per op")
     p.add_argument("--cost", default="measure",
@@ -40,6 +48,7 @@ def compile_from_args(model: str, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.output)
     model = compile_from_args(args.model, args)
     print(model.report())
     out = model.save(args.output)

@@ -8,17 +8,18 @@ from pathlib import Path
 import numpy as np
 
 from collage_mlir.errors import CollageError
+from collage_mlir.tools.args import check_output_dir, positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", help="directory written by `collage-mlir partition -o`")
-    p.add_argument("--inputs", nargs="*", default=[],
+    p.add_argument("--inputs", nargs="+", default=[],
                    help="input arrays as .npy files, in input order or as name=file.npy "
                         "(default: seeded random inputs)")
     p.add_argument("--save-outputs", metavar="DIR", help="write each output as DIR/<name>.npy")
-    p.add_argument("--repeat", type=int, default=0,
+    p.add_argument("--repeat", type=positive_int, default=0,
                    help="also time N runs and print the median latency")
-    p.add_argument("--profile", type=int, default=0, metavar="N",
+    p.add_argument("--profile", type=positive_int, default=0, metavar="N",
                    help="also time each region's call over N runs and print the report with "
                         "measured beside estimated cost")
 
@@ -41,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from collage_mlir.runtime import load
     from collage_mlir.runtime.compare import random_inputs, time_side_by_side
 
+    if args.save_outputs:
+        check_output_dir(args.save_outputs)
     model = load(args.model_dir)
     inputs = (load_inputs(args.inputs, model.input_names) if args.inputs
               else random_inputs(model.module))

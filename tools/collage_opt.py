@@ -17,7 +17,8 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.pipeline import Pipeline
 from collage_mlir.passes.registry import get_pass_class, pass_names
-from collage_mlir.tools.args import add_input_shape_argument, input_shapes
+from collage_mlir.tools.args import add_input_shape_argument, check_output_file, input_shapes
+from collage_mlir.tools.guard import guarded
 
 SPLIT_MARKER = "// -----"
 
@@ -48,37 +49,76 @@ def process(text: str, label: str, pipeline: Pipeline | None) -> str:
     return str(module)
 
 
+def split_chunks(text: str) -> list[tuple[int, str]]:
+    """The `// -----` chunks of `text` with the file line each starts on (1-based)."""
+    chunks, start, lines = [], 1, []
+    for lineno, line in enumerate(text.splitlines(keepends=True), 1):
+        if line.rstrip("\n") == SPLIT_MARKER:
+            chunks.append((start, "".join(lines)))
+            start, lines = lineno + 1, []
+        else:
+            lines.append(line)
+    chunks.append((start, "".join(lines)))
+    return chunks
+
+
+def process_split(text: str, label: str, pipeline: Pipeline | None) -> tuple[str, list[str]]:
+    """Each chunk on its own, as mlir-opt does: a failing chunk reports its error at the real
+    file line and the others still run. Returns (joined output, errors)."""
+    outputs, errors = [], []
+    for start, chunk in split_chunks(text):
+        # pad with newlines so the parser's line numbers are the file's
+        try:
+            outputs.append(process("\n" * (start - 1) + chunk, label, pipeline))
+        except CollageError as e:
+            errors.append(str(e))
+    return f"\n{SPLIT_MARKER}\n".join(outputs), errors
+
+
+def _read_input(path: str, stdin: TextIO | None) -> str:
+    try:
+        if path == "-":
+            return (stdin or sys.stdin).read()
+        with open(path) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO) -> int:
+    if args.list_passes:
+        list_passes(stdout)
+        return 0
+    if args.output != "-":
+        check_output_file(args.output)
+    pipeline = Pipeline(args.pass_pipeline) if args.pass_pipeline else None
+    errors: list[str] = []
+    if args.input.endswith(".onnx"):
+        module = import_onnx(args.input, input_shapes=input_shapes(args))
+        if pipeline:
+            pipeline.run(module)
+        result = str(module)
+    else:
+        label = "<stdin>" if args.input == "-" else args.input
+        text = _read_input(args.input, stdin)
+        if args.split_input_file:
+            result, errors = process_split(text, label, pipeline)
+        else:
+            result = process(text, label, pipeline)
+    if args.output == "-":
+        stdout.write(result)
+    else:
+        with open(args.output, "w") as f:
+            f.write(result)
+    for error in errors:
+        sys.stderr.write(f"collage-opt: error: {error}\n")
+    return 1 if errors else 0
+
+
 def main(argv: list[str] | None = None, stdin: TextIO | None = None,
          stdout: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stdout = stdout or sys.stdout
-    try:
-        if args.list_passes:
-            list_passes(stdout)
-            return 0
-        pipeline = Pipeline(args.pass_pipeline) if args.pass_pipeline else None
-        if args.input.endswith(".onnx"):
-            module = import_onnx(args.input, input_shapes=input_shapes(args))
-            if pipeline:
-                pipeline.run(module)
-            result = str(module)
-        else:
-            label = "<stdin>" if args.input == "-" else args.input
-            try:
-                text = (stdin or sys.stdin).read() if args.input == "-" else open(args.input).read()
-            except OSError as e:
-                raise CollageError(f"{args.input}: {e.strerror}") from None
-            chunks = text.split(SPLIT_MARKER + "\n") if args.split_input_file else [text]
-            result = f"\n{SPLIT_MARKER}\n".join(process(c, label, pipeline) for c in chunks)
-        if args.output == "-":
-            stdout.write(result)
-        else:
-            with open(args.output, "w") as f:
-                f.write(result)
-        return 0
-    except CollageError as e:
-        sys.stderr.write(f"collage-opt: error: {e}\n")
-        return 1
+    return guarded("collage-opt", lambda: run(args, stdin, stdout or sys.stdout))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from collage_mlir.errors import CollageError
 from collage_mlir.paths import user_path
 
 OK, INVALID, ERROR = "ok", "invalid", "error"
@@ -132,22 +133,53 @@ class Transition:
         return self.per_call + self.per_byte * nbytes
 
 
+def _read_only(path: Path) -> CollageError:
+    return CollageError(f"{path}: the cache is read-only and measuring must store results; "
+                        "pass a writable --cache (`cache stats` / `list` can read it)")
+
+
 class MeasurementCache:
     """Open (creating if needed) the cache at `path` (default: `default_cache_path()`)."""
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, readonly: bool = False) -> None:
         self.path = user_path(path) if path is not None else default_cache_path()
+        self.readonly = readonly
+        try:
+            self._conn = self._open()
+        except sqlite3.DatabaseError as e:  # not SQLite, truncated, or not ours
+            if "readonly" in str(e):
+                raise _read_only(self.path) from None
+            raise CollageError(f"{self.path}: not a usable measurement cache ({e}); move it "
+                               "away or pass another --cache") from None
+        except OSError as e:
+            raise CollageError(f"{self.path}: cannot open the cache ({e.strerror})") from None
+
+    def _open(self) -> sqlite3.Connection:
+        if self.readonly:  # reading never writes: no WAL files, no schema
+            if not self.path.is_file():
+                raise CollageError(f"{self.path}: no cache here")
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM measurements").fetchone()
+            return conn
+        parent = self.path.parent
+        if (self.path.exists() and not os.access(self.path, os.W_OK)) or \
+                (parent.is_dir() and not os.access(parent, os.W_OK)):
+            raise _read_only(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
-                                     isolation_level=None, check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
+        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
+                               isolation_level=None, check_same_thread=False)
+        self._conn = conn
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
         with self._write():
             for stmt in filter(str.strip, _SCHEMA.split(";")):
-                self._conn.execute(stmt)
-            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
-                               (str(SCHEMA_VERSION),))
+                conn.execute(stmt)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
+                         (str(SCHEMA_VERSION),))
+        conn.execute("SELECT count(*) FROM measurements").fetchone()
+        return conn
 
     def close(self) -> None:
         self._conn.close()

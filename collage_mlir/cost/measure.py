@@ -108,9 +108,23 @@ def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> Ba
                        shares_compiles(backend), roots)
 
 
+def require_known(target: str) -> None:
+    """Raise a CollageError if `target` names no registered backend (module:Class paths are
+    checked when loaded)."""
+    from collage_mlir.backends.registry import registered_backends
+
+    known = registered_backends()
+    if ":" not in target and target not in known:
+        raise CollageError(f"unknown backend '{target}' (known: {', '.join(sorted(known))})")
+
+
 def resolve_backends(backends: BackendsArg) -> tuple[dict[str, BackendInfo], dict[str, str]]:
-    """(usable backends by name, unusable target → reason)."""
-    items = backends.items() if isinstance(backends, Mapping) else ((b, {}) for b in backends)
+    """(usable backends by name, unusable target → reason). A name no backend is registered
+    under is a typo, not an unusable backend: that raises at once."""
+    items = list(backends.items() if isinstance(backends, Mapping) else
+                 ((b, {}) for b in backends))
+    for target, _ in items:
+        require_known(target)
     usable: dict[str, BackendInfo] = {}
     problems: dict[str, str] = {}
     for target, options in items:
@@ -159,6 +173,10 @@ class MeasuringEstimator(CostEstimator):
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
         if reference is None:
             return None
+        try:
+            require_known(reference)
+        except CollageError as e:
+            raise CollageError(f"reference: {e}") from None
         if reference in self.backends:
             return self.backends[reference].spec
         return {"target": reference, "options": {}}

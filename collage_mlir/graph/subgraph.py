@@ -17,6 +17,7 @@ from functools import cached_property
 from iree.compiler import ir
 from iree.compiler.dialects import func
 
+from collage_mlir.errors import CollageError
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, NodeKind
 
@@ -30,6 +31,12 @@ class SubGraphConfig:
     max_exits: int = 1
     allow_taps: bool = False
     max_depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_depth is not None and self.max_depth < 1:
+            raise CollageError(f"max-depth must be at least 1 (or unset), got {self.max_depth}")
+        if self.max_exits is not None and self.max_exits < 1:
+            raise CollageError(f"max-exits must be at least 1, got {self.max_exits}")
 
 
 class SubGraph:

@@ -7,8 +7,11 @@ artifacts the backends chose to write. Loading does not search again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -123,7 +126,7 @@ class PartitionedModel:
                     f"input '{name}' has shape {format_dims(a.shape)}; this model was built "
                     f"for {format_dims(spec.shape)} (partition again with --input-shape "
                     f"{name}={'x'.join(map(str, a.shape))} for that shape)")
-            out.append(np.ascontiguousarray(a, dtype=spec.dtype))
+            out.append(np.ascontiguousarray(_exact_cast(a, spec.dtype, name)))
         return out
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
@@ -181,8 +184,23 @@ class PartitionedModel:
     # -- persistence --------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        out = user_path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        """Write the model to `directory`: built in a sibling scratch directory and moved
+        into place at the end, so a failed save leaves the old contents and a new one leaves
+        nothing of them. The manifest records a SHA-256 of every file."""
+        final = user_path(directory)
+        if final.exists() and not final.is_dir():
+            raise CollageError(f"{final}: exists and is not a directory")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+        try:
+            self._write(out)
+            _replace_dir(out, final)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+        return final
+
+    def _write(self, out: Path) -> None:
         (out / "model.mlir").write_text(self.mlir)
         regions = region_functions(self.module)
         entries = []
@@ -202,8 +220,73 @@ class PartitionedModel:
                     "estimated_cost": self.estimated_cost, "regions": entries,
                     "verdict": self.verdict.to_json() if self.verdict else None,
                     "report": [r.to_json() for r in self.report_rows]}
+        manifest["checksums"] = {p.name: _sha256(p) for p in sorted(out.iterdir())}
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
-        return out
+
+
+def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kernel:
+    """One region's kernel from its saved artifacts (recompiled when the backend's version
+    changed); a damaged artifact is a one-line error naming it."""
+    name = entry["name"]
+    if name not in regions:
+        raise CollageError(f"{d / 'model.mlir'}: no function {name!r} for the manifest's region")
+    stem = str(d / name)
+    module_r = region_module(regions[name])
+    try:
+        if backend.version == entry["backend_version"] and entry["artifacts"]:
+            return backend.load_kernel(module_r, stem)
+        return backend.compile(module_r)
+    except CollageError:
+        raise
+    except Exception as e:
+        files = ", ".join(entry.get("artifacts") or []) or "no artifacts"
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise CollageError(f"{d}: region {name} ({backend.name}: {files}) cannot be loaded: "
+                           f"{type(e).__name__}: {first}; partition again") from None
+
+
+def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """`a` as `dtype`, refused where the cast would change a value (float64 → float32 that
+    rounds, int64 out of int32 range, a fraction to an int)."""
+    if a.dtype == dtype:
+        return a
+    cast = a.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = np.array_equal(cast.astype(a.dtype), a, equal_nan=a.dtype.kind in "fc")
+    if not same:
+        raise CollageError(f"input '{name}' is {a.dtype}; the model takes {np.dtype(dtype)} and "
+                           f"the cast would change its values (convert it first)")
+    return cast
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _replace_dir(staged: Path, out: Path) -> None:
+    """Put the finished `staged` directory at `out`, replacing what was there."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        staged.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staged.rename(out)
+
+
+def _verify_checksums(d: Path, manifest: dict) -> None:
+    for name, want in (manifest.get("checksums") or {}).items():
+        path = d / name
+        if not path.is_file():
+            raise CollageError(f"{path}: missing (the saved model is incomplete; partition "
+                               "again)")
+        if _sha256(path) != want:
+            raise CollageError(f"{path}: changed since it was saved (checksum mismatch); "
+                               "partition again")
 
 
 def load(directory: str | os.PathLike) -> PartitionedModel:
@@ -212,11 +295,24 @@ def load(directory: str | os.PathLike) -> PartitionedModel:
     try:
         manifest = json.loads((d / "manifest.json").read_text())
         text = (d / "model.mlir").read_text()
-    except (OSError, json.JSONDecodeError) as e:
-        raise CollageError(f"{d}: not a saved partitioned model ({e})") from None
-    if manifest.get("format") != FORMAT:
-        raise CollageError(f"{d}: unknown format {manifest.get('format')!r}")
-    module = parse_mlir(text, str(d / "model.mlir"))
+    except OSError as e:
+        raise CollageError(f"{d}: not a saved partitioned model ({e.strerror}: "
+                           f"{Path(e.filename or d).name})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CollageError(f"{d / 'manifest.json'}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CollageError(f"{d}: unknown format "
+                           f"{manifest.get('format') if isinstance(manifest, dict) else None!r}")
+    try:
+        _verify_checksums(d, manifest)
+        module = parse_mlir(text, str(d / "model.mlir"))
+        return _assemble(d, manifest, module)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CollageError(f"{d / 'manifest.json'}: malformed ({type(e).__name__}: {e})") from None
+
+
+def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
+    """The PartitionedModel that `manifest` describes over the parsed `module`."""
     regions = region_functions(module)
     backends: dict[str, Backend] = {}
     kernels: dict[str, Kernel] = {}
@@ -227,11 +323,10 @@ def load(directory: str | os.PathLike) -> PartitionedModel:
             if backends[name].version != entry["backend_version"]:
                 print(f"collage-mlir: note: {name} {backends[name].version} differs from the "
                       f"saved {entry['backend_version']}; recompiling", flush=True)
-        stem = str(d / entry["name"])
-        module_r = region_module(regions[entry["name"]])
-        same = backends[name].version == entry["backend_version"]
-        kernels[entry["name"]] = (backends[name].load_kernel(module_r, stem) if same
-                                  and entry["artifacts"] else backends[name].compile(module_r))
+        kernels[entry["name"]] = _load_kernel(d, entry, backends[name], regions)
+    missing = sorted(set(regions) - set(kernels))
+    if missing:
+        raise CollageError(f"{d / 'manifest.json'}: no entry for region(s) {missing}")
     rows = [ReportRow.from_json(r) for r in manifest.get("report", [])]
     model = PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"))
     if manifest.get("verdict"):

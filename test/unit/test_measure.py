@@ -123,12 +123,15 @@ def test_batch_compile_crash_is_retried_one_by_one(tmp_path, graph):
         assert len(bad) == 1 and "SIGABRT" in bad[0].error
 
 
-def test_unknown_backend_is_refused_or_skipped(tmp_path, graph):
+def test_unknown_backend_is_refused_even_when_skipping_unusable(tmp_path, graph):
+    """A name no backend is registered under is a typo: an error whatever `skip_unusable`
+    says (that only skips known backends that cannot run here)."""
     with pytest.raises(CollageError, match="unknown backend 'nope'"):
         estimator(tmp_path, [NUMPY, "nope"])
-    with estimator(tmp_path, [NUMPY, "nope"], skip_unusable=True) as est:
-        assert list(est.backends) == ["numpy_test"] and "nope" in est.skipped
-        costs = est.estimate(single_op(graph, "elsewhere"))
+    with pytest.raises(CollageError, match="unknown backend 'nope'"):
+        estimator(tmp_path, [NUMPY, "nope"], skip_unusable=True)
+    with estimator(tmp_path, [NUMPY]) as est:
+        costs = est.estimate(single_op(graph, "elsewhere"))  # a backend it does not know
         assert all(math.isnan(c) for c in costs)
 
 
@@ -242,11 +245,12 @@ def test_cli_measure_then_cache(tmp_path, capsys):
     model = tmp_path / "m.onnx"
     onnx.save(onnx.parser.parse_model(MODEL), str(model))
     cache = str(tmp_path / "cli.sqlite")
-    argv = ["measure", str(model), "--backends", f"{NUMPY},{FAULT},nope", "--cache", cache,
+    argv = ["measure", str(model), "--backends", f"{NUMPY},{FAULT}", "--cache", cache,
             "--reference", NUMPY, "--budget", "0.02"]
+    assert main([*argv[:3], f"{NUMPY},{FAULT},nope", *argv[4:]]) == 1  # a typo: no work
+    assert "unknown backend 'nope'" in capsys.readouterr().err
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert "skipping backend 'nope'" in err
     relu_row = next(line for line in out.splitlines() if " Relu " in line)
     assert "invalid" in relu_row and relu_row.rstrip().endswith("numpy_test")
     assert "SIGSEGV" in out and "8 measured" in out
@@ -256,7 +260,7 @@ def test_cli_measure_then_cache(tmp_path, capsys):
     stats = capsys.readouterr().out
     assert "fault: 4 (3 ok, 1 invalid)" in stats and "numpy_test: 4 (4 ok)" in stats
     assert main(["measure", str(model), "--backends", "nope", "--cache", cache]) == 1
-    assert "no usable backend" in capsys.readouterr().err
+    assert "unknown backend 'nope'" in capsys.readouterr().err
 
 
 def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):

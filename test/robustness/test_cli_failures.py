@@ -1,0 +1,235 @@
+"""The failure paths of the failure-paths issue, each through the real console script in a
+subprocess: exit status ≠ 0 (or 0 where that is right), one line on stderr, no traceback,
+and — where the issue asks — no work done before an output path is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+BIN = Path(sys.executable).parent
+
+
+def cli(*argv: str, tool: str = "collage-mlir", cwd: Path | None = None,
+        pipe_to_head: bool = False) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / tool), *argv]
+    if pipe_to_head:
+        return subprocess.run(" ".join(cmd) + " | head -1", shell=True, capture_output=True,
+                              text=True, cwd=cwd, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    assert r.returncode != 0, r.stdout
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              d / "m.onnx")
+    r = cli("partition", str(d / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(d / "c.sqlite"), "--no-verify", "-o", str(d / "out"))
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_corrupt_cache(work) -> None:  # item 1
+    bad = work / "junk.sqlite"
+    bad.write_text("junk\n")
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache", str(bad),
+            "-o", str(work / "o1"))
+    one_line_error(r, str(bad), "not a usable measurement cache")
+    one_line_error(cli("cache", "stats", "--cache", str(bad)), str(bad))
+
+
+def test_read_only_cache_is_refused_for_measuring_and_read_for_stats(work) -> None:  # item 1
+    ro = work / "ro" / "c.sqlite"
+    ro.parent.mkdir()
+    shutil.copy(work / "c.sqlite", ro)
+    os.chmod(ro, 0o444)
+    os.chmod(ro.parent, 0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: a read-only file is still writable")
+        r = cli("measure", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache", str(ro))
+        one_line_error(r, str(ro), "read-only")
+        r = cli("cache", "stats", "--cache", str(ro))
+        assert r.returncode == 0, r.stderr
+    finally:
+        os.chmod(ro.parent, 0o755)
+
+
+def test_cache_stats_reads_without_writing(work) -> None:  # item 1
+    before = (work / "c.sqlite").stat().st_mtime_ns
+    assert cli("cache", "stats", "--cache", str(work / "c.sqlite")).returncode == 0
+    assert (work / "c.sqlite").stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garbage"])
+def test_damaged_saved_model(work, damage) -> None:  # item 2
+    saved = work / f"damaged_{damage}"
+    shutil.copytree(work / "out", saved)
+    artifact = next(p for p in saved.iterdir() if p.suffix == ".onnx")
+    if damage == "delete":
+        artifact.unlink()
+    elif damage == "truncate":
+        artifact.write_bytes(artifact.read_bytes()[:10])
+    else:
+        artifact.write_bytes(b"garbage")
+    one_line_error(cli("run", str(saved)), artifact.name)
+
+
+def test_tampered_weights_are_caught_by_the_checksum(work) -> None:  # issue 15 item 8
+    saved = work / "tampered"
+    shutil.copytree(work / "out", saved)
+    artifact = next(p for p in saved.iterdir() if p.suffix == ".onnx")
+    model = onnx.load(artifact)
+    w = numpy_helper.to_array(model.graph.initializer[0]) * 2
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, model.graph.initializer[0].name))
+    onnx.save(model, artifact)
+    one_line_error(cli("run", str(saved)), artifact.name, "checksum")
+
+
+@pytest.mark.parametrize("argv", [
+    ("import", "{m}", "-o", "/nonexistent/dir/x.mlir"),
+    ("partition", "{m}", "--backends", "onnxruntime", "--cache", "{c}", "-o", "{m}"),
+    ("run", "{out}", "--save-outputs", "{m}"),
+])
+def test_bad_output_paths_fail_before_any_work(work, argv) -> None:  # item 3
+    fill = {"m": str(work / "m.onnx"), "c": str(work / "fresh.sqlite"), "out": str(work / "out")}
+    r = cli(*[a.format(**fill) for a in argv])
+    one_line_error(r)
+    assert not (work / "fresh.sqlite").exists()  # nothing was measured
+
+
+def test_collage_opt_bad_output(work) -> None:  # item 3
+    r = cli(str(work / "m.onnx"), "-o", "/nonexistent/x.mlir", tool="collage-opt")
+    one_line_error(r, "/nonexistent/x.mlir")
+
+
+def test_unknown_reference_is_an_error(work) -> None:  # item 4
+    r = cli("measure", str(work / "m.onnx"), "--backends", "onnxruntime", "--reference",
+            "onnxrt", "--cache", str(work / "ref.sqlite"))
+    one_line_error(r, "onnxrt")
+
+
+@pytest.mark.parametrize("command", ["measure", "partition"])
+def test_backend_typo_is_an_error_everywhere(work, command) -> None:  # item 5
+    argv = [command, str(work / "m.onnx"), "--backends", "onnxruntime,opnevino", "--cache",
+            str(work / "typo.sqlite")]
+    if command == "partition":
+        argv += ["-o", str(work / "typo_out")]
+    one_line_error(cli(*argv), "opnevino")
+
+
+def test_split_input_file_reports_real_lines_and_goes_on(work) -> None:  # item 7
+    good = cli("import", str(work / "m.onnx")).stdout
+    text = good.split("{-#")[0] + "\n// -----\n" + "\n" * 15 + "func.func @f( {\n"
+    p = work / "split.mlir"
+    p.write_text(text)
+    r = cli(str(p), "--split-input-file", tool="collage-opt")
+    line = one_line_error(r, str(p))
+    assert f"{p}:" in line or '"-"' not in line
+    bad_line = text.splitlines().index("func.func @f( {") + 1
+    assert f":{bad_line}:" in line, line
+    assert "func.func @g" in r.stdout  # the good chunk was still processed
+
+
+def test_partitioned_mlir_is_refused(work) -> None:  # item 8
+    p = work / "partitioned.mlir"
+    shutil.copy(work / "out" / "model.mlir", p)
+    r = cli("partition", str(p), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "-o", str(work / "again"))
+    one_line_error(r, "already partitioned")
+
+
+def test_broken_pipe_is_quiet(work) -> None:  # item 9
+    r = cli("cache", "list", "--cache", str(work / "c.sqlite"), pipe_to_head=True)
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def test_pin_to_an_unused_backend_names_the_rule(work) -> None:  # item 10
+    p = work / "pin.json"
+    p.write_text(json.dumps({"placement": [
+        {"pattern": {"match": {"node_type": "Relu"}, "rewrite": {"backend": "openvino"}}}]}))
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "--placement", str(p), "-o", str(work / "pin_out"))
+    one_line_error(r, f"{p}: placement[0]", "openvino")
+
+
+@pytest.mark.parametrize("argv", [
+    ("partition", "{m}", "--max-depth", "0", "-o", "{d}/x"),
+    ("partition", "{m}", "--max-depth", "-2", "-o", "{d}/x"),
+    ("run", "{d}/out", "--profile", "-3"),
+    ("run", "{d}/out", "--inputs"),
+    ("measure", "{m}", "--timeout", "0"),
+])
+def test_bad_values_are_refused(work, argv) -> None:  # item 11
+    r = cli(*[a.format(m=work / "m.onnx", d=work) for a in argv])
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "error" in r.stderr
+
+
+def test_collage_opt_negative_max_depth(work) -> None:  # item 11
+    r = cli(str(work / "m.onnx"), "--pass-pipeline",
+            "builtin.module(collage-annotate{backends=onnxruntime max-depth=-1})",
+            tool="collage-opt")
+    one_line_error(r, "max-depth")
+
+
+def test_lossy_input_cast_is_refused_exact_one_accepted(work) -> None:  # item 11
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8))
+    np.save(work / "x64.npy", x)  # float64 with more precision than float32
+    one_line_error(cli("run", str(work / "out"), "--inputs", str(work / "x64.npy")), "float64")
+    np.save(work / "x64ok.npy", x.astype(np.float32).astype(np.float64))
+    assert cli("run", str(work / "out"), "--inputs", str(work / "x64ok.npy")).returncode == 0
+
+
+def test_partition_replaces_the_output_directory(work) -> None:  # item 12
+    out = work / "replace"
+    out.mkdir()
+    (out / "stale_from_before.onnx").write_text("old")
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "--no-verify", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert not (out / "stale_from_before.onnx").exists()
+    assert (out / "manifest.json").is_file()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".replace")]
+
+
+def test_import_of_a_directory(work) -> None:  # item 13
+    one_line_error(cli("import", str(work)), "is a directory")
+
+
+def test_version() -> None:  # item 15
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("collage-mlir ")
+
+
+def test_cache_integrity_after_all_of_it(work) -> None:
+    with sqlite3.connect(work / "c.sqlite") as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -1,0 +1,61 @@
+"""The last line of defence of every command: whatever goes wrong becomes one line on stderr.
+
+A CollageError is the expected kind (its message names the file, node or op) and exits 1.
+Anything else is a bug or an unforeseen input; it still gets one line — the exception's type
+and first line, and how to see the traceback (`COLLAGE_DEBUG=1`) — and exit 2. A closed pipe
+(`collage-mlir cache list | head`) ends the command quietly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from collage_mlir.errors import CollageError
+
+DEBUG_ENV = "COLLAGE_DEBUG"
+
+
+def guarded(prog: str, body: Callable[[], int]) -> int:
+    """Run `body`; map every failure to (one stderr line, exit status)."""
+    try:
+        return body()
+    except CollageError as e:
+        _say(f"{prog}: error: {_one_line(str(e))}")
+        return 1
+    except KeyboardInterrupt:
+        _say(f"{prog}: interrupted")
+        return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+    except Exception as e:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _say(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
+             f"(set {DEBUG_ENV}=1 for the traceback)")
+        return 2
+
+
+def _one_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else "")[:1000]
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush
+    does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
