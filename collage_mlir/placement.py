@@ -92,12 +92,21 @@ class Placement:
             if id(rule) not in matched:
                 log.warning("%s matches no op of this model", rule.where)
         kept = [c for c in candidates if self.allowed(graph, c)]
+        before = _covered(candidates)
+        after = _covered(kept)
         for node in graph.op_nodes():
-            if not any(c.sub_graph.inside >> node.index & 1 for c in kept):
+            if before >> node.index & 1 and not after >> node.index & 1:
                 rule = self.rule_for(node.op_type, node_name(node))
                 raise CollageError(f"{rule.where if rule else 'placement'}: leaves "
                                    f"{node.op_type} node {node_name(node)!r} no backend")
         return kept
+
+
+def _covered(candidates: list[CandidatePartition]) -> int:
+    bits = 0
+    for c in candidates:
+        bits |= c.sub_graph.inside
+    return bits
 
 
 def node_name(node: Node) -> str:
