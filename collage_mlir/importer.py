@@ -9,7 +9,6 @@ computations folded). Initializers become
 from __future__ import annotations
 
 import os
-import re
 import warnings
 
 import onnx
@@ -19,6 +18,7 @@ from iree.compiler.extras import onnx_importer
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
+from collage_mlir.export.resources import RESOURCE_ENTRY
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, make_static
 
@@ -153,9 +153,6 @@ def blob_tokens(proto: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
-_RESOURCE_LINE = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?\s*')
-
-
 def check_resource_section(text: str, label: str) -> None:
     """Refuse a damaged `{-# dialect_resources ... #-}` section (a truncated file, a broken
     hex blob) before MLIR parses it: the bindings' parser has crashed the process on the
@@ -170,7 +167,7 @@ def check_resource_section(text: str, label: str) -> None:
                            "closed (a truncated file?)")
     for k, line in enumerate(text[start:end].splitlines()):
         if '"0x' in line:
-            m = _RESOURCE_LINE.fullmatch(line)
+            m = RESOURCE_ENTRY.fullmatch(line.rstrip())
             if m is None or len(m.group(2)) % 2:
                 raise CollageError(f"{label}:{first_line + k}: malformed resource blob "
                                    f"(expected name: \"0x<hex>\")")

@@ -20,7 +20,7 @@ import json
 import mmap
 import re
 import tempfile
-from collections import OrderedDict
+from collections import ChainMap, OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,7 +40,7 @@ ELEMENT_DTYPES: dict[str, np.dtype] = {
 """MLIR element type spelling → numpy dtype (signless ints read as signed)."""
 
 _SECTION = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{(.*?)\}\s*\}\s*#-\}", re.S)
-_ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
+RESOURCE_ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
 _HANDLE = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>\s*:\s*tensor<([^>]*)>')
 _CACHE_SIZE = 2  # each table holds a module's weights: a few regions of one model at a time
 _cache: OrderedDict[int, tuple[ir.Module, dict[str, bytes]]] = OrderedDict()
@@ -56,7 +56,7 @@ def parse_resources(text: str) -> dict[str, bytes]:
     if not m:
         return {}
     out: dict[str, bytes] = {}
-    for entry in _ENTRY.finditer(m.group(1)):
+    for entry in RESOURCE_ENTRY.finditer(m.group(1)):
         raw = bytes.fromhex(entry.group(2))
         out[_unquote(entry.group(1))] = raw[4:]
     return out
@@ -74,7 +74,7 @@ def module_resources(module: ir.Module | ir.Operation) -> Mapping[str, bytes | m
     if store is None:
         table: Mapping[str, bytes | memoryview] = parse_resources(str(module))
     else:
-        table = {**store.blobs(), **parse_resources(_elided_text(module))}
+        table = ChainMap(parse_resources(_elided_text(module)), store.blobs())
     _cache[key] = (module, table)  # holding the module keeps id(module) from being reused
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
@@ -140,7 +140,7 @@ class WeightStore:
             in_resources = False
             for line in text:
                 in_resources = in_resources or line.startswith("{-#")
-                m = _ENTRY.match(line) if in_resources else None
+                m = RESOURCE_ENTRY.match(line) if in_resources else None
                 if m is None or len(m.group(2)) <= 2 * (STORE_MIN_BYTES + 4) - 128:
                     continue  # margin below the limit: whatever the printer elides is stored
                 blob = bytes.fromhex(m.group(2))[4:]
