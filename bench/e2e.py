@@ -30,8 +30,9 @@ import onnx
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
-from collage_mlir.runtime.compare import random_inputs, time_side_by_side, whole_model_runner
+from collage_mlir.check.compare import time_side_by_side, whole_model_runner
 from collage_mlir.static_shapes import parse_input_shape
+from collage_mlir.tensors import model_inputs
 
 sys.path.insert(0, os.path.dirname(__file__))
 import light  # noqa: E402
@@ -92,7 +93,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     for b in args.controls.split(","):
         if b in runners:  # a second, independent instance of X alone: the noise floor
             runners[f"{b}#2"] = whole_model_runner(original, b)
-    inputs = random_inputs(original)
+    inputs = model_inputs(original)
     if "onnxruntime" in runners:
         row["max_err"] = relative_error(mixed.run(inputs), runners["onnxruntime"](inputs))
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from collage_mlir.graph.subgraph import SubGraph
 
+HOST = "host"
+"""Backend name of the caller: it owns the function's arguments and results, and hands
+them to (and takes them from) the regions like any other backend."""
+
 
 @dataclass(frozen=True)
 class CandidatePartition:

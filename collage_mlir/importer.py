@@ -18,7 +18,7 @@ from iree.compiler.extras import onnx_importer
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
-from collage_mlir.export.resources import RESOURCE_ENTRY
+from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, make_static
 
@@ -139,11 +139,9 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
 
 
 def blob_tokens(proto: onnx.ModelProto) -> dict[str, str]:
-    """Initializer name → its cache-key token (`cost.key.blob_token`), from the ONNX bytes:
+    """Initializer name → its cache-key token (`export.resources.blob_token`), from the ONNX bytes:
     the importer names each `dense_resource` blob after its initializer."""
     from onnx import numpy_helper
-
-    from collage_mlir.cost.key import blob_token
 
     out = {}
     for init in proto.graph.initializer:

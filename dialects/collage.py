@@ -38,6 +38,3 @@ keys (`cost.key.blob_token`), so that keying a region never prints the model's w
 WEIGHTS = "collage.weights"
 """String on a module: path of a weight store (`export.resources.WeightStore`) holding the
 large blobs its text leaves out; set on regions sent to a measuring worker."""
-
-ALL = (NODE, CANDIDATES, BACKEND, REGION, ESTIMATED_COST, REGION_COSTS, INPUT_NAMES,
-       OUTPUT_NAMES, BLOB_TOKENS, WEIGHTS)

@@ -7,18 +7,27 @@ This module is the single place that knows that spelling.
 
 from __future__ import annotations
 
+import math
 import re
 
+import numpy as np
 from iree.compiler import ir
 
 OPERATOR = "torch.operator"
 NONE = "torch.constant.none"
 ATTR_PREFIX = "torch.onnx."
 META_PREFIX = "torch.onnx_meta."
-CONSTANT_OPS = frozenset({"Constant"})
-"""Ops that make a value from attributes alone."""
-CONSTANT_FOLDABLE_OPS = frozenset({"ConstantOfShape"})
-"""Ops that are constant when all their inputs are (the light models' weights come from these)."""
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+    "si8": np.dtype(np.int8), "si16": np.dtype(np.int16), "si32": np.dtype(np.int32),
+    "si64": np.dtype(np.int64), "ui8": np.dtype(np.uint8), "ui16": np.dtype(np.uint16),
+    "ui32": np.dtype(np.uint32), "ui64": np.dtype(np.uint64), "i1": np.dtype(np.bool_),
+    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+}
+"""Element type spelling → numpy dtype, the one table (signless ints read as signed). Types
+numpy lacks (bf16, f8*) are absent: no input, blob or slot can be made of them here."""
 
 _NAME_LOC = re.compile(r'loc\("(.*)"\)')
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([\w]+)>")
@@ -55,6 +64,24 @@ def tensor_type(t: ir.Type) -> tuple[tuple[int, ...] | None, str] | None:
     dims = m.group(1).strip()
     shape = tuple(int(d) if d != "?" else -1 for d in dims.split(",")) if dims else ()
     return shape, m.group(2)
+
+
+def element_bytes(element: str) -> int:
+    """Bytes per element of an element type, numpy-less ones included (bf16: 2, f8E5M2: 1);
+    4 when the spelling carries no width."""
+    if element in NUMPY_DTYPES:
+        return NUMPY_DTYPES[element].itemsize
+    bits = "".join(c for c in element.split("E")[0] if c.isdigit())
+    return max(1, (int(bits) + 7) // 8) if bits else 4
+
+
+def tensor_nbytes(t: ir.Type) -> int:
+    """Bytes of a vtensor value (unknown dims count as 1; 0 for a non-tensor type)."""
+    parsed = tensor_type(t)
+    if parsed is None:
+        return 0
+    shape, element = parsed
+    return math.prod(max(d, 1) for d in shape or ()) * element_bytes(element)
 
 
 def is_none(value: ir.Value) -> bool:

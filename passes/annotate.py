@@ -17,18 +17,13 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_MAX_EXITS, annotate
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
-from collage_mlir.passes.common import function_name, functions, stamp_nodes
+from collage_mlir.passes.common import stamp_nodes
 from collage_mlir.passes.registry import CollagePass, register
 from collage_mlir.rules.serialize import candidates_to_attr, summary
-from collage_mlir.rules.spec import generate_candidates, specs_for
-
-DEFAULT_MAX_DEPTH = 3
-"""Measured with onnxruntime, openvino and iree (max-exits=1): light_resnet50 has 177/340/
-498/639 candidates per graph backend at depth 1/2/3/4 (iree 169 to 185), light_densenet121
-669/1278/1828/2319 (iree 366). Each level adds about 30%; 3 takes Conv+BN+Relu and
-Conv+Add+Relu whole, and deeper groups stay reachable through the maximal regions."""
 
 
 @register
@@ -39,19 +34,18 @@ class AnnotatePass(CollagePass):
 
     backends: tuple[str, ...] = ()
     max_depth: int | None = DEFAULT_MAX_DEPTH
-    max_exits: int = 1
+    max_exits: int = DEFAULT_MAX_EXITS
     allow_taps: bool = False
     print_summary: bool = False
 
     def run_on_module(self, module: ir.Operation) -> None:
         if not self.backends:
             raise CollageError("pass 'collage-annotate' needs backends=<name>[,<name>...]")
-        specs = specs_for(self.backends)
         config = SubGraphConfig(self.max_exits, self.allow_taps, self.max_depth)
-        for fn in functions(module):
+        for fn in public_functions(module):
             graph = DataflowGraph(fn)
             stamp_nodes(graph)
-            candidates = generate_candidates(graph, specs, config)
+            candidates = annotate(graph, self.backends, config)
             with fn.context:
                 fn.attributes[collage.CANDIDATES] = candidates_to_attr(candidates, fn.context)
             if self.print_summary:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph, bits_of
-from collage_mlir.graph.outline import Region, outline
-from collage_mlir.passes.common import function_name, functions
+from collage_mlir.graph.outline import outline_placed
 from collage_mlir.passes.registry import CollagePass, register
 
 
@@ -29,7 +29,7 @@ class OutlinePass(CollagePass):
     summary = "outline each collage.region into a per-backend private function"
 
     def run_on_module(self, module: ir.Operation) -> None:
-        for fn in functions(module):
+        for fn in public_functions(module):
             outline_function(fn)
         if not module.verify():
             raise CollageError("outlined module does not verify")
@@ -52,34 +52,12 @@ def outline_function(fn: ir.Operation) -> list[ir.Operation]:
         if backend.setdefault(k, b) != b:
             raise CollageError(f"@{name}: region {k} mixes backends {backend[k]} and {b}")
     costs = _region_costs(fn)
-    regions = []
-    for k in sorted(members):
-        attrs = {collage.BACKEND: _str(fn, backend[k])}
-        if k < len(costs):
-            with fn.context:
-                attrs[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(costs[k])
-        regions.append(Region(SubGraph(graph, bits_of(members[k])),
-                              f"{name}_{_ident(backend[k])}_{k}", attrs))
-    try:
-        calls = outline(graph, regions)
-    except ValueError as e:
-        raise CollageError(f"@{name}: cannot outline: {e}") from None
-    for key in (collage.CANDIDATES, collage.REGION_COSTS):
-        if key in fn.attributes:
-            del fn.attributes[key]
-    return calls
+    return outline_placed(graph, [(k, SubGraph(graph, bits_of(members[k])), backend[k],
+                                   costs[k] if k < len(costs) else None)
+                                  for k in sorted(members)])
 
 
 def _region_costs(fn: ir.Operation) -> list[float]:
     if collage.REGION_COSTS not in fn.attributes:
         return []
     return [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]
-
-
-def _str(fn: ir.Operation, s: str) -> ir.Attribute:
-    with fn.context:
-        return ir.StringAttr.get(s)
-
-
-def _ident(s: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in s)

@@ -1,4 +1,5 @@
-"""The pass registry: name → pass class, loaded lazily, with typed options.
+"""The pass registry: name → pass class (every module of this package is searched), with
+typed options.
 
 A pass is a frozen dataclass subclassing `CollagePass` with a class attribute `name` (its
 pipeline argument) and fields as options. `collage-annotate{backends=a,b max-depth=3}` sets
@@ -9,7 +10,9 @@ commas, and a bare word after a list option extends the list.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import pkgutil
 import types
 import typing
 from typing import Any, ClassVar
@@ -18,15 +21,9 @@ from iree.compiler import ir
 
 from collage_mlir.errors import CollageError
 
-# name → module under collage_mlir.passes; modules are imported on first use.
-_LAZY: dict[str, str] = {
-    "collage-test-extract": "test_extract",
-    "collage-annotate": "annotate",
-    "collage-search": "search",
-    "collage-outline": "outline",
-    "collage-partition": "partition",
-}
 _LOADED: dict[str, type[CollagePass]] = {}
+_HELPERS = frozenset({"common", "pipeline", "registry"})
+"""Modules of the passes package that hold no pass."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +52,25 @@ def register(cls: type[CollagePass]) -> type[CollagePass]:
     return cls
 
 
+@functools.cache
+def _import_passes() -> None:
+    """Import every pass module of this package once: their `@register` fills the table, so
+    adding a pass is adding a file."""
+    package = importlib.import_module("collage_mlir.passes")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in _HELPERS:
+            importlib.import_module(f"collage_mlir.passes.{info.name}")
+
+
 def pass_names() -> list[str]:
-    return sorted(set(_LAZY) | set(_LOADED))
+    _import_passes()
+    return sorted(_LOADED)
 
 
 def get_pass_class(name: str) -> type[CollagePass] | None:
     """The pass class for `name`, or None when it is not a collage pass (maybe upstream)."""
-    if name not in _LOADED and name in _LAZY:
-        importlib.import_module(f"collage_mlir.passes.{_LAZY[name]}")
+    if name not in _LOADED:
+        _import_passes()
     return _LOADED.get(name)
 
 

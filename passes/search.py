@@ -20,12 +20,14 @@ from iree.compiler import ir
 
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.driver import choose, make_estimator
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
-from collage_mlir.passes.common import function_name, functions
 from collage_mlir.passes.registry import CollagePass, register
 from collage_mlir.placement import Placement
-from collage_mlir.search import Partitioning, search
+from collage_mlir.rules.serialize import candidates_from_attr
+from collage_mlir.search import Partitioning
 
 UNKNOWN_POLICIES = ("raise", "invalid")
 
@@ -43,8 +45,6 @@ class SearchPass(CollagePass):
     placement: str = ""
 
     def run_on_module(self, module: ir.Operation) -> None:
-        from collage_mlir.api import make_estimator
-
         if self.unknown not in UNKNOWN_POLICIES:
             raise CollageError(f"unknown={self.unknown}: expected one of "
                                f"{', '.join(UNKNOWN_POLICIES)}")
@@ -52,28 +52,21 @@ class SearchPass(CollagePass):
         estimator = make_estimator(self.cost, [], None) if self.cost != "measure" else None
         placement = Placement.from_json(self.placement) if self.placement else None
         work = []
-        for fn in functions(module):
+        for fn in public_functions(module):
             graph, cands = read_candidates(fn)
             work.append((fn, graph, placement.filter(graph, cands) if placement else cands))
         if estimator is None:
             named = sorted({c.backend for _, _, cands in work for c in cands})
             estimator = make_estimator("measure", list(self.backends) or named, self.cache or None)
-        try:
+        with estimator:
             for fn, graph, cands in work:
-                costs = estimator.estimate(cands)
-                result = search(graph, cands, costs, estimator.transition_cost, self.unknown,
-                                estimator.reason)
+                result = choose(graph, cands, estimator.estimate(cands), estimator,
+                                self.unknown)
                 write_partitioning(fn, result)
-        finally:
-            close = getattr(estimator, "close", None)
-            if close is not None:
-                close()
 
 
 def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
     """The function's graph and the candidates collage-annotate recorded on it."""
-    from collage_mlir.rules.serialize import candidates_from_attr
-
     if collage.CANDIDATES not in fn.attributes:
         raise CollageError(f"@{function_name(fn)} has no {collage.CANDIDATES}; run "
                            "collage-annotate first")
@@ -88,8 +81,7 @@ def search_function(func_op: ir.Operation, estimator: CostEstimator,
                     unknown: str = "raise") -> Partitioning:
     """Python API: cost the annotated candidates of `func_op` and search (IR unchanged)."""
     graph, cands = read_candidates(func_op.operation)
-    return search(graph, cands, estimator.estimate(cands), estimator.transition_cost, unknown,
-                  estimator.reason)
+    return choose(graph, cands, estimator.estimate(cands), estimator, unknown)
 
 
 def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
+from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, SubGraphConfig, bits_of
 from collage_mlir.graph.outline import Region, outline
-from collage_mlir.passes.common import function_name, functions, stamp_nodes
+from collage_mlir.passes.common import stamp_nodes
 from collage_mlir.passes.registry import CollagePass, register
 
 
@@ -32,7 +33,7 @@ class TestExtractPass(CollagePass):
 
     def run_on_module(self, module: ir.Operation) -> None:
         config = SubGraphConfig(self.max_exits, self.allow_taps, self.max_depth)
-        for fn in functions(module):
+        for fn in public_functions(module):
             graph = DataflowGraph(fn)
             stamp_nodes(graph)
             for i in self.nodes:

@@ -20,12 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import collage_mlir
-    from collage_mlir.runtime.compare import (
-        max_abs_diff,
-        random_inputs,
-        time_side_by_side,
-        whole_model_runner,
-    )
+    from collage_mlir.check.compare import time_side_by_side, whole_model_runner
+    from collage_mlir.tensors import max_abs_diff, model_inputs
     from collage_mlir.tools.cmd_partition import compile_from_args
 
     print(f"model: {args.model}")
@@ -35,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
           f"(import, annotate, measure or cache, search, outline, compile)\n")
     print(model.report())
     original = collage_mlir.import_onnx(args.model)
-    inputs = random_inputs(original)
+    inputs = model_inputs(original)
     runners = {"collage (mixed)": lambda a: model.run(a)}
     for name in sorted(model.backends_considered):
         try:

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_function(path: str, shapes: dict[str, tuple[int, ...]] | None = None):
     """The model's main function, from .onnx (imported) or .mlir (parsed)."""
-    from collage_mlir.cost.key import find_function
+    from collage_mlir.dialects.func import find_function
     from collage_mlir.importer import import_onnx, parse_mlir
 
     if Path(path).suffix == ".mlir":
@@ -95,7 +95,7 @@ def print_table(rows: list[tuple[str, str, int, dict[str, float]]], backends: Se
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.candidate import CandidatePartition
     from collage_mlir.cost.measure import MeasuringEstimator
-    from collage_mlir.cost.worker import MeasureSettings
+    from collage_mlir.cost.protocol import MeasureSettings
     from collage_mlir.graph import DataflowGraph, SubGraph
     from collage_mlir.progress import ProgressBar
 

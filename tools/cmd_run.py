@@ -39,14 +39,15 @@ def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | l
 
 
 def run(args: argparse.Namespace) -> int:
+    from collage_mlir.check.compare import time_side_by_side
     from collage_mlir.runtime import load
-    from collage_mlir.runtime.compare import random_inputs, time_side_by_side
+    from collage_mlir.tensors import model_inputs
 
     if args.save_outputs:
         check_output_dir(args.save_outputs)
     model = load(args.model_dir)
     inputs = (load_inputs(args.inputs, model.input_names) if args.inputs
-              else random_inputs(model.module))
+              else model_inputs(model.module))
     outputs = model.run(inputs)
     for name, out in zip(model.output_names, outputs, strict=True):
         print(f"{name}: shape={list(out.shape)} dtype={out.dtype} "
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
             np.save(Path(args.save_outputs) / f"{name}.npy", out)
     if args.repeat:
-        arranged = model._arrange(inputs)
+        arranged = model.arrange(inputs)
         (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,
                                  rounds=args.repeat)
         print(f"latency: median {t.median_s * 1e3:.3f} ms, p90 {t.p90_s * 1e3:.3f} ms")

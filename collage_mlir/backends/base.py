@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from iree.compiler import ir
 
+from collage_mlir.rules.base import PartitionRule
+from collage_mlir.rules.defaults import compiler_rule, graph_rule, library_rule
+
 if TYPE_CHECKING:
     from collage_mlir.graph.dataflow import DataflowGraph
-    from collage_mlir.rules.base import PartitionRule
 
 
 class BackendKind(enum.StrEnum):
@@ -67,8 +69,6 @@ class Backend(abc.ABC):
 
     def partition_rule(self) -> PartitionRule:
         """The rule that forms this backend's candidates; by default the one for its kind."""
-        from collage_mlir.rules.defaults import default_rule_for
-
         return default_rule_for(self)
 
     @abc.abstractmethod
@@ -103,3 +103,13 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.cache_options()})"
+
+
+def default_rule_for(backend: Backend) -> PartitionRule:
+    """The rule for a backend of this kind (see `collage_mlir.rules.defaults`)."""
+    kind = BackendKind(backend.kind)
+    if kind is BackendKind.GRAPH:
+        return graph_rule()
+    if kind is BackendKind.COMPILER:
+        return compiler_rule()
+    return library_rule()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Sequence
+from typing import Self
 
 from collage_mlir.candidate import CandidatePartition
 
@@ -46,3 +47,13 @@ class CostEstimator(abc.ABC):
         """Seconds to hand `nbytes` from a region on `src_backend` to another region on
         `dst_backend`. The same backend on both sides is a real boundary too (two calls
         instead of one); estimators may price it, or return 0."""
+
+    def close(self) -> None:  # noqa: B027 (a hook: most estimators hold nothing)
+        """Release what the estimator holds (a cache connection, worker processes, scratch
+        files). Idempotent; the estimator is not used afterwards."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

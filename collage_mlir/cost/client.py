@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collage_mlir.cost.worker import SYS_PATH_ENV
+from collage_mlir.cost.protocol import SYS_PATH_ENV
 
 
 class WorkerError(Exception):

@@ -36,13 +36,18 @@ from dataclasses import dataclass
 from iree.compiler import ir
 
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.dialects.collage import BLOB_TOKENS
+from collage_mlir.dialects.func import find_function
+from collage_mlir.export.resources import (
+    SMALL_CONSTANT_BYTES,
+    blob_token,
+    module_blob_tokens,
+    parse_resources,
+    unquote_key,
+)
 
-SMALL_CONSTANT_BYTES = 4096
 KEY_VERSION = "2"  # bump when the canonical form changes, so old cache rows stop matching
 
 _RESOURCE_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>\s]+)>')
-_RESOURCE_ENTRY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|[^\s:"]+)\s*:\s*"0x([0-9A-Fa-f]*)"', re.M)
 _SKIPPED_FUNC_ATTRS = frozenset({
     "sym_name", "function_type", "sym_visibility",
     onnx_view.META_PREFIX + "producer_name", onnx_view.META_PREFIX + "producer_version",
@@ -63,54 +68,13 @@ def module_text(module: ir.Module) -> str:
     return module.operation.get_asm(assume_verified=True)
 
 
-def parse_resources(text: str) -> dict[str, str]:
-    """Resource name → hex blob (after the 4-byte alignment prefix) from the printed module."""
-    start = text.rfind("{-#")
-    if start < 0:
-        return {}
-    out: dict[str, str] = {}
-    for m in _RESOURCE_ENTRY.finditer(text, start):
-        out[_unquote(m.group(1))] = m.group(2)[8:].upper()
-    return out
-
-
-def _unquote(name: str) -> str:
-    return name[1:-1] if name.startswith('"') else name
-
-
-def blob_token(data: bytes) -> str:
-    """What stands for a resource blob in the canonical text (see the module docstring)."""
-    if len(data) <= SMALL_CONSTANT_BYTES:
-        return "v" + hashlib.sha256(data).hexdigest()[:32]
-    return f"large{len(data)}" + ("splat" if _is_splat(data) else "")
-
-
-def _is_splat(data: bytes) -> bool:
-    """True when the blob repeats one element of 1, 2, 4 or 8 bytes (equal to itself shifted
-    by one element). The head is checked first: weights fail fast."""
-    head = data[:2048]
-    return any(len(data) % w == 0 and head[w:] == head[:-w] and data[w:] == data[:-w]
-               for w in (1, 2, 4, 8))
-
-
-def module_blob_tokens(module: ir.Module | ir.Operation | None) -> dict[str, str]:
-    """The import's blob-token table of a module ({} when it has none)."""
-    if module is None:
-        return {}
-    op = module.operation if isinstance(module, ir.Module) else module
-    if BLOB_TOKENS not in op.attributes:
-        return {}
-    table = ir.DictAttr(op.attributes[BLOB_TOKENS])
-    return {table[k].name: ir.StringAttr(table[k].attr).value for k in range(len(table))}
-
-
 class _Tokens:
     """Blob name → token: from the import's table, else from the printed module (printed
     at most once, and only when a blob is missing from the table)."""
 
     def __init__(self, fn: ir.Operation, table: dict[str, str]) -> None:
         self.fn, self.table = fn, table
-        self.parsed: dict[str, str] | None = None
+        self.parsed: dict[str, bytes] | None = None
 
     def __call__(self, name: str) -> str:
         if name in self.table:
@@ -119,8 +83,8 @@ class _Tokens:
             parent = self.fn.parent
             self.parsed = parse_resources(
                 parent.get_asm(assume_verified=True) if parent is not None else "")
-        hex_blob = self.parsed.get(name)
-        return "missing" if hex_blob is None else blob_token(bytes.fromhex(hex_blob))
+        blob = self.parsed.get(name)
+        return "missing" if blob is None else blob_token(blob)
 
 
 def _nbytes(t: ir.Type) -> int:
@@ -148,7 +112,7 @@ class _Canonicalizer:
         if "dense_resource<" not in text:
             return text
         return _RESOURCE_REF.sub(
-            lambda m: f"dense_resource<{self.token(_unquote(m.group(1)))}>",
+            lambda m: f"dense_resource<{self.token(unquote_key(m.group(1)))}>",
             text)
 
     def attrs(self, op: ir.Operation, skip: frozenset[str] = frozenset()) -> str:
@@ -180,14 +144,6 @@ class _Canonicalizer:
             self.lines.append(f"{'  ' * depth}region")
             for block in region.blocks:
                 self.block(block, depth + 1)
-
-
-def find_function(module: ir.Module) -> ir.Operation:
-    """The single `func.func` of an extracted region."""
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            return op.operation
-    raise ValueError("module holds no func.func")
 
 
 def region_key(module: ir.Module, tokens: dict[str, str] | None = None) -> RegionKey:

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost import transition as transition_mod
@@ -43,7 +44,12 @@ from collage_mlir.cost.key import (
     module_text,
 )
 from collage_mlir.cost.key import region_key as compute_region_key
-from collage_mlir.cost.worker import MeasureSettings, load_backend, settings_dict, shares_compiles
+from collage_mlir.cost.protocol import (
+    MeasureSettings,
+    load_backend,
+    settings_dict,
+    shares_compiles,
+)
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import WeightStore, portable_text
 from collage_mlir.graph.dataflow import DataflowGraph
@@ -118,7 +124,7 @@ def require_known(target: str) -> None:
         raise CollageError(f"unknown backend '{target}' (known: {', '.join(sorted(known))})")
 
 
-def resolve_backends(backends: BackendsArg) -> tuple[dict[str, BackendInfo], dict[str, str]]:
+def backend_infos(backends: BackendsArg) -> tuple[dict[str, BackendInfo], dict[str, str]]:
     """(usable backends by name, unusable target → reason). A name no backend is registered
     under is a typo, not an unusable backend: that raises at once."""
     items = list(backends.items() if isinstance(backends, Mapping) else
@@ -153,7 +159,7 @@ class MeasuringEstimator(CostEstimator):
                  settings: MeasureSettings | None = None, batch_size: int = 16,
                  sys_path: Sequence[str] = (), skip_unusable: bool = False,
                  cache: MeasurementCache | None = None) -> None:
-        self.backends, self.skipped = resolve_backends(backends)
+        self.backends, self.skipped = backend_infos(backends)
         if self.skipped and not skip_unusable:
             raise CollageError("; ".join(self.skipped.values()))
         self.reference = self._reference_spec(reference)
@@ -163,11 +169,9 @@ class MeasuringEstimator(CostEstimator):
         self.batch_size = batch_size
         self.sys_path = tuple(sys_path)
         self.stats = EstimateStats()
-        self._regions: dict[tuple[int, int], RegionKey | Exception] = {}
         self._transitions: dict[tuple[str, str], Transition] = {}
-        self._reasons: dict[tuple[str, int, int], str] = {}
-        self._blob_tokens: dict[int, dict[str, str]] = {}
-        self._stores: dict[int, WeightStore | None] = {}
+        self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
+        self._stores_written = 0
         self._scratch: tempfile.TemporaryDirectory | None = None
 
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
@@ -186,13 +190,9 @@ class MeasuringEstimator(CostEstimator):
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
-        self._stores.clear()
+        for memo in self._graphs.values():
+            memo.store = None
 
-    def __enter__(self) -> MeasuringEstimator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- capability ---------------------------------------------------------------------
 
@@ -213,39 +213,40 @@ class MeasuringEstimator(CostEstimator):
         """The region key of a SubGraph, computed once per SubGraph. The region's text
         (weights included) is not kept: `region_text` makes it again for a cache miss, so
         memory holds one region's weights at a time, not every candidate's."""
-        memo = (id(sub_graph.graph), sub_graph.inside)
-        if memo not in self._regions:
+        memo = self._memo(sub_graph.graph)
+        if sub_graph.inside not in memo.regions:
             try:
                 module = sub_graph.extract("region")
-                self._regions[memo] = compute_region_key(module, self._tokens(sub_graph.graph))
+                if memo.tokens is None:
+                    memo.tokens = module_blob_tokens(sub_graph.graph.func_op.parent)
+                memo.regions[sub_graph.inside] = compute_region_key(module, memo.tokens)
             except Exception as e:  # a region that cannot be extracted: out, with the reason
-                self._regions[memo] = e
-        got = self._regions[memo]
+                memo.regions[sub_graph.inside] = e
+        got = memo.regions[sub_graph.inside]
         if isinstance(got, Exception):
             raise got
         return got
 
-    def _tokens(self, graph: DataflowGraph) -> dict[str, str]:
-        """The blob-token table of the graph's module, read once per graph."""
-        key = id(graph)
-        if key not in self._blob_tokens:
-            self._blob_tokens[key] = module_blob_tokens(graph.func_op.parent)
-        return self._blob_tokens[key]
+    def _memo(self, graph: DataflowGraph) -> _GraphMemo:
+        if graph not in self._graphs:
+            self._graphs[graph] = _GraphMemo()
+        return self._graphs[graph]
 
     def _store(self, graph: DataflowGraph) -> WeightStore | None:
         """The weight store of the graph's module, written once per graph into this
         estimator's scratch directory; None (regions then carry their weights) if it fails."""
-        key = id(graph)
-        if key not in self._stores:
+        memo = self._memo(graph)
+        if not memo.store_tried:
+            memo.store_tried = True
             try:
                 if self._scratch is None:
                     self._scratch = tempfile.TemporaryDirectory(prefix="collage-weights-")
-                directory = Path(self._scratch.name) / str(len(self._stores))
-                self._stores[key] = WeightStore.write(graph.func_op.parent, directory)
+                directory = Path(self._scratch.name) / str(self._stores_written)
+                self._stores_written += 1
+                memo.store = WeightStore.write(graph.func_op.parent, directory)
             except OSError as e:
                 log.warning("cannot write a weight store (%s); regions carry their weights", e)
-                self._stores[key] = None
-        return self._stores[key]
+        return memo.store
 
     def region_text(self, sub_graph: SubGraph) -> str:
         """The extracted region as the worker parses it: large weights stay in the graph's
@@ -266,7 +267,8 @@ class MeasuringEstimator(CostEstimator):
     # -- estimate -----------------------------------------------------------------------
 
     def reason(self, candidate: CandidatePartition) -> str:
-        return self._reasons.get(_reason_key(candidate), "")
+        memo = self._graphs.get(candidate.sub_graph.graph)
+        return memo.reasons.get(_reason_key(candidate), "") if memo else ""
 
     def estimate(self, candidates: Sequence[CandidatePartition],
                  progress: Progress | None = None) -> list[float]:
@@ -284,7 +286,8 @@ class MeasuringEstimator(CostEstimator):
                 rk = self.region(c.sub_graph)
             except Exception as e:  # out of the search, with the reason
                 costs[i] = math.inf
-                self._reasons[_reason_key(c)] = f"cannot extract the region: {e}"
+                self._memo(c.sub_graph.graph).reasons[_reason_key(c)] = \
+                    f"cannot extract the region: {e}"
                 done += 1
                 continue
             key = measurement_key(rk, info.name, info.version, info.options,
@@ -298,7 +301,9 @@ class MeasuringEstimator(CostEstimator):
             for i in waiting.pop(key, []):
                 costs[i] = m.cost
                 if m.status != OK:
-                    self._reasons[_reason_key(candidates[i])] = f"{m.status}: {m.error}"
+                    c = candidates[i]
+                    self._memo(c.sub_graph.graph).reasons[_reason_key(c)] = \
+                        f"{m.status}: {m.error}"
                 done += 1
             if progress:
                 progress(done, total)
@@ -398,5 +403,18 @@ class MeasuringEstimator(CostEstimator):
         return 0.0 if math.isnan(cost) else cost
 
 
-def _reason_key(candidate: CandidatePartition) -> tuple[str, int, int]:
-    return candidate.backend, id(candidate.sub_graph.graph), candidate.sub_graph.inside
+def _reason_key(candidate: CandidatePartition) -> tuple[str, int]:
+    return candidate.backend, candidate.sub_graph.inside
+
+
+@dataclass
+class _GraphMemo:
+    """What the estimator remembers of one graph; dropped with the graph."""
+
+    regions: dict[int, RegionKey | Exception] = field(default_factory=dict)
+    """SubGraph.inside → its region key (or why it has none)."""
+    reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(backend, inside) → why that candidate costs +inf."""
+    tokens: dict[str, str] | None = None
+    store: WeightStore | None = None
+    store_tried: bool = False

@@ -35,10 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collage_mlir.candidate import CandidatePartition
+from collage_mlir.candidate import HOST, CandidatePartition
 from collage_mlir.cost.base import CostEstimator, Progress
 from collage_mlir.errors import CollageError
-from collage_mlir.search.partitioning import HOST
 
 _TOP_KEYS = {"regions", "per_op", "per_call", "fusion_discount", "default", "transition"}
 _REGION_KEYS = {"backend", "nodes", "ops", "rule", "cost"}

@@ -9,7 +9,7 @@ are deterministic (`node_name(k)`) so a backend's per-node answers map back to g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,8 +18,10 @@ from iree.compiler import ir
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from collage_mlir.dialects import collage
+from collage_mlir.dialects import func as func_dialect
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.export.resources import ELEMENT_DTYPES, module_resources, resource_array
+from collage_mlir.dialects.func import ModuleLike, function_name
+from collage_mlir.export.resources import module_resources, resource_array
 
 if TYPE_CHECKING:
     from collage_mlir.graph.dataflow import DataflowGraph
@@ -48,24 +50,12 @@ def node_name(index: int) -> str:
     return f"n{index}"
 
 
-ModuleLike = ir.Module | ir.Operation
-"""An `ir.Module`, or the `builtin.module` operation holding a function (`func_op.parent`)."""
-
-
-def _body(module: ModuleLike) -> ir.Block:
-    return module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
-
-
 def find_function(module: ModuleLike, func_name: str | None = None) -> ir.Operation:
-    """The `func.func` named `func_name` in `module`, or its only/first one."""
-    for op in _body(module).operations:
-        op = op.operation
-        if op.name != "func.func":
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        if func_name is None or name == func_name:
-            return op
-    raise ExportError(f"no function '{func_name or '<any>'}' in module")
+    """The `func.func` named `func_name` in `module`, or its first one."""
+    try:
+        return func_dialect.find_function(module, func_name)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
 
 
 class _Namer:
@@ -110,7 +100,7 @@ def attr_array(attr: ir.Attribute, resources: Callable[[], dict[str, bytes]]) ->
     if isinstance(attr, ir.DenseElementsAttr):
         elem = str(ir.ShapedType(attr.type).element_type)
         arr = np.array(attr)
-        return arr.astype(ELEMENT_DTYPES[elem]) if elem in ELEMENT_DTYPES else arr
+        return arr.astype(onnx_view.NUMPY_DTYPES[elem]) if elem in onnx_view.NUMPY_DTYPES else arr
     return resource_array(attr, resources())
 
 
@@ -169,62 +159,90 @@ def export_function(module: ModuleLike, func_name: str | None = None, *,
     opset = ir.IntegerAttr(opset_attr).value if opset_attr is not None else \
         onnx.defs.onnx_opset_version()
     block = func_op.regions[0].blocks[0]
-    in_names = _string_list(func_op, collage.INPUT_NAMES) or [
-        f"input_{k}" for k in range(len(block.arguments))]
     terminator = list(block.operations)[-1].operation
-    out_names = _string_list(func_op, collage.OUTPUT_NAMES) or [
-        f"output_{k}" for k in range(len(terminator.operands))]
-    if len(in_names) != len(block.arguments) or len(out_names) != len(terminator.operands):
-        raise ExportError("collage.input_names / output_names do not match the signature")
-    namer = _Namer([*in_names, *out_names])
-    cached: dict[str, dict[str, bytes]] = {}
-
-    def resources() -> dict[str, bytes]:
-        if "t" not in cached:
-            cached["t"] = module_resources(module)
-        return cached["t"]
-
-    names: dict[ir.Value, str] = dict(zip(block.arguments, in_names, strict=True))
+    in_names, out_names = _io_names(func_op, len(block.arguments), len(terminator.operands))
+    body = _Body(module, opset, [*in_names, *out_names])
+    body.names.update(zip(block.arguments, in_names, strict=True))
     # A returned op result takes its output name directly (first return of it wins).
     for value, out in zip(terminator.operands, out_names, strict=True):
-        if value not in names and not _is_constant(value):
-            names[value] = out
-    nodes: list[onnx.NodeProto] = []
-    initializers: list[TensorProto] = []
+        if value not in body.names and not _is_constant(value):
+            body.names[value] = out
     for k, op in enumerate(block.operations):
         op = op.operation
         if op == terminator:
             break
+        body.add(op, k, op_names(op, k) if op_names else node_name(k))
+    outputs = body.return_values(terminator.operands, out_names)
+    inputs = [value_info(n, a.type) for n, a in zip(in_names, block.arguments, strict=True)]
+    graph = helper.make_graph(body.nodes, function_name(func_op), inputs, outputs,
+                              initializer=body.used_initializers())
+    return _make_model(func_op, graph, opset)
+
+
+def _io_names(func_op: ir.Operation, n_in: int, n_out: int) -> tuple[list[str], list[str]]:
+    """The ONNX input and output names the import recorded, else input_k / output_k."""
+    ins = _string_list(func_op, collage.INPUT_NAMES) or [f"input_{k}" for k in range(n_in)]
+    outs = _string_list(func_op, collage.OUTPUT_NAMES) or [f"output_{k}" for k in range(n_out)]
+    if len(ins) != n_in or len(outs) != n_out:
+        raise ExportError("collage.input_names / output_names do not match the signature")
+    return ins, outs
+
+
+class _Body:
+    """The nodes and initializers of the graph being exported, and the ONNX name of every
+    MLIR value so far ("" for an omitted optional input)."""
+
+    def __init__(self, module: ModuleLike, opset: int, reserved: Iterable[str]) -> None:
+        self.module, self.opset = module, opset
+        self.namer = _Namer(reserved)
+        self.names: dict[ir.Value, str] = {}
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[TensorProto] = []
+        self._resources: dict[str, bytes] | None = None
+
+    def resources(self) -> dict[str, bytes]:
+        """The module's blob table, read on first need (most regions have no constants)."""
+        if self._resources is None:
+            self._resources = module_resources(self.module)
+        return self._resources
+
+    def add(self, op: ir.Operation, k: int, node: str) -> None:
+        """Export the k-th op of the function as node `node` (or as an initializer)."""
         if op.name == onnx_view.NONE:
-            names[op.results[0]] = ""
-            continue
+            self.names[op.results[0]] = ""
+            return
         op_type = onnx_view.op_type(op)
         if op_type is None:
             raise ExportError(f"op '{op.name}' is not an ONNX operator")
         attrs = onnx_view.attributes(op)
         if op_type == "Constant" and set(attrs) == {"value"}:
-            tensor = numpy_helper.from_array(attr_array(attrs["value"], resources),
-                                             namer.fresh(f"const{k}"))
-            names[op.results[0]] = tensor.name
-            initializers.append(tensor)
-            continue
+            tensor = numpy_helper.from_array(attr_array(attrs["value"], self.resources),
+                                             self.namer.fresh(f"const{k}"))
+            self.names[op.results[0]] = tensor.name
+            self.initializers.append(tensor)
+            return
         for r, v in enumerate(op.results):
-            if v not in names:
-                names[v] = namer.fresh(f"v{k}" if len(op.results) == 1 else f"v{k}_{r}")
-        nodes.append(_make_node(op, op_type, attrs, opset, names, resources,
-                                op_names(op, k) if op_names else node_name(k)))
-    outputs = []
-    for value, out in zip(terminator.operands, out_names, strict=True):
-        if names[value] != out:  # an input, constant or already-returned value: copy it
-            nodes.append(helper.make_node("Identity", [names[value]], [out],
-                                          name=namer.fresh(f"identity_{out}")))
-        outputs.append(value_info(out, value.type))
-    inputs = [value_info(n, a.type) for n, a in zip(in_names, block.arguments, strict=True)]
-    used = {i for n in nodes for i in n.input}
-    initializers = [t for t in initializers if t.name in used]  # e.g. folded shape constants
-    graph = helper.make_graph(nodes, ir.StringAttr(func_op.attributes["sym_name"]).value,
-                              inputs, outputs, initializer=initializers)
-    return _make_model(func_op, graph, opset)
+            if v not in self.names:
+                self.names[v] = self.namer.fresh(f"v{k}" if len(op.results) == 1 else f"v{k}_{r}")
+        self.nodes.append(_make_node(op, op_type, attrs, self.opset, self.names,
+                                     self.resources, node))
+
+    def return_values(self, values: Sequence[ir.Value], out_names: list[str]
+                      ) -> list[onnx.ValueInfoProto]:
+        """The graph outputs; an input, a constant or a value returned twice is copied to
+        its output name by an Identity node."""
+        outputs = []
+        for value, out in zip(values, out_names, strict=True):
+            if self.names[value] != out:
+                self.nodes.append(helper.make_node("Identity", [self.names[value]], [out],
+                                                   name=self.namer.fresh(f"identity_{out}")))
+            outputs.append(value_info(out, value.type))
+        return outputs
+
+    def used_initializers(self) -> list[TensorProto]:
+        """Initializers some node reads (folded shape constants may be left unread)."""
+        used = {i for n in self.nodes for i in n.input}
+        return [t for t in self.initializers if t.name in used]
 
 
 def export_graph(graph: DataflowGraph) -> onnx.ModelProto:
@@ -232,7 +250,7 @@ def export_graph(graph: DataflowGraph) -> onnx.ModelProto:
     so a backend's per-node answer (OpenVINO's query_model) maps straight back to nodes."""
     index = {n.op: n.index for n in graph.nodes if n.op is not None}
     func_op = graph.func_op
-    name = ir.StringAttr(func_op.attributes["sym_name"]).value
+    name = function_name(func_op)
     return export_function(func_op.parent, name, op_names=lambda op, k: node_name(index[op]))
 
 

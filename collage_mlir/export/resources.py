@@ -16,6 +16,7 @@ and `materialize` puts them back into the IR for a consumer that needs whole tex
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import mmap
 import re
@@ -27,17 +28,8 @@ from pathlib import Path
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.dialects.collage import WEIGHTS
-
-ELEMENT_DTYPES: dict[str, np.dtype] = {
-    "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
-    "si8": np.dtype(np.int8), "si16": np.dtype(np.int16), "si32": np.dtype(np.int32),
-    "si64": np.dtype(np.int64), "ui8": np.dtype(np.uint8), "ui16": np.dtype(np.uint16),
-    "ui32": np.dtype(np.uint32), "ui64": np.dtype(np.uint64), "i1": np.dtype(np.bool_),
-    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32),
-    "i64": np.dtype(np.int64),
-}
-"""MLIR element type spelling → numpy dtype (signless ints read as signed)."""
+from collage_mlir.dialects.collage import BLOB_TOKENS, WEIGHTS
+from collage_mlir.dialects.onnx import NUMPY_DTYPES
 
 _SECTION = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{(.*?)\}\s*\}\s*#-\}", re.S)
 RESOURCE_ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
@@ -46,7 +38,7 @@ _CACHE_SIZE = 2  # each table holds a module's weights: a few regions of one mod
 _cache: OrderedDict[int, tuple[ir.Module, dict[str, bytes]]] = OrderedDict()
 
 
-def _unquote(key: str) -> str:
+def unquote_key(key: str) -> str:
     return key[1:-1].encode().decode("unicode_escape") if key.startswith('"') else key
 
 
@@ -58,8 +50,39 @@ def parse_resources(text: str) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for entry in RESOURCE_ENTRY.finditer(m.group(1)):
         raw = bytes.fromhex(entry.group(2))
-        out[_unquote(entry.group(1))] = raw[4:]
+        out[unquote_key(entry.group(1))] = raw[4:]
     return out
+
+
+SMALL_CONSTANT_BYTES = 4096
+"""Blobs up to this size are keyed by content (shapes, axes, small tables change what a
+region computes); larger ones by size and splat-ness only (weights do not change its cost)."""
+
+
+def blob_token(data: bytes) -> str:
+    """What stands for a resource blob in the canonical text (see the module docstring)."""
+    if len(data) <= SMALL_CONSTANT_BYTES:
+        return "v" + hashlib.sha256(data).hexdigest()[:32]
+    return f"large{len(data)}" + ("splat" if _is_splat(data) else "")
+
+
+def _is_splat(data: bytes) -> bool:
+    """True when the blob repeats one element of 1, 2, 4 or 8 bytes (equal to itself shifted
+    by one element). The head is checked first: weights fail fast."""
+    head = data[:2048]
+    return any(len(data) % w == 0 and head[w:] == head[:-w] and data[w:] == data[:-w]
+               for w in (1, 2, 4, 8))
+
+
+def module_blob_tokens(module: ir.Module | ir.Operation | None) -> dict[str, str]:
+    """The import's blob-token table of a module ({} when it has none)."""
+    if module is None:
+        return {}
+    op = module.operation if isinstance(module, ir.Module) else module
+    if BLOB_TOKENS not in op.attributes:
+        return {}
+    table = ir.DictAttr(op.attributes[BLOB_TOKENS])
+    return {table[k].name: ir.StringAttr(table[k].attr).value for k in range(len(table))}
 
 
 def module_resources(module: ir.Module | ir.Operation) -> Mapping[str, bytes | memoryview]:
@@ -81,25 +104,19 @@ def module_resources(module: ir.Module | ir.Operation) -> Mapping[str, bytes | m
     return table
 
 
-def resource_key(attr: ir.Attribute) -> str | None:
-    """The blob key of a `dense_resource<key> : tensor<...>` attribute, else None."""
-    m = _HANDLE.fullmatch(str(attr).strip())
-    return _unquote(m.group(1)) if m else None
-
-
 def resource_array(attr: ir.Attribute, table: Mapping[str, bytes | memoryview]) -> np.ndarray:
     """The numpy value of a `dense_resource` attribute, shaped and typed from its tensor type."""
     m = _HANDLE.fullmatch(str(attr).strip())
     if not m:
         raise ValueError(f"not a dense_resource attribute: {attr}")
-    key = _unquote(m.group(1))
+    key = unquote_key(m.group(1))
     if key not in table:
         raise KeyError(f"resource blob '{key}' is not in the module (elided or missing)")
     *dims, elem = m.group(2).split("x") if m.group(2) else [""]
-    if elem not in ELEMENT_DTYPES:
+    if elem not in NUMPY_DTYPES:
         raise ValueError(f"unsupported element type '{elem}' in {attr}")
     shape = tuple(int(d) for d in dims if d)
-    dtype = ELEMENT_DTYPES[elem]
+    dtype = NUMPY_DTYPES[elem]
     data = np.frombuffer(table[key], dtype=dtype)
     if data.size != int(np.prod(shape, dtype=np.int64)) and data.size == 1:
         data = np.broadcast_to(data, shape)  # a splat blob
@@ -145,7 +162,7 @@ class WeightStore:
                     continue  # margin below the limit: whatever the printer elides is stored
                 blob = bytes.fromhex(m.group(2))[4:]
                 data.seek(-data.tell() % _ALIGN, 1)
-                index[_unquote(m.group(1))] = (data.tell(), len(blob))
+                index[unquote_key(m.group(1))] = (data.tell(), len(blob))
                 data.write(blob)
         (directory / _INDEX).write_text(json.dumps(index))
         return cls(directory)
@@ -211,10 +228,10 @@ def materialize(module: ir.Module) -> None:
         attrs = op.attributes
         for name, attr in [(attrs[i].name, attrs[i].attr) for i in range(len(attrs))]:
             m = _HANDLE.fullmatch(str(attr).strip()) if _is_resource(attr) else None
-            if m and _unquote(m.group(1)) in store.index:
-                array = np.frombuffer(store.blob(_unquote(m.group(1))), np.uint8)
+            if m and unquote_key(m.group(1)) in store.index:
+                array = np.frombuffer(store.blob(unquote_key(m.group(1))), np.uint8)
                 attrs[name] = ir.DenseResourceElementsAttr.get_from_buffer(
-                    array, _unquote(m.group(1)), attr.type, alignment=_ALIGN,
+                    array, unquote_key(m.group(1)), attr.type, alignment=_ALIGN,
                     context=module.context)
         return ir.WalkResult.ADVANCE
 

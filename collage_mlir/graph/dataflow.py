@@ -50,10 +50,15 @@ class Node:
 
 
 class DataflowGraph:
-    """Post-dfs indexed dataflow of `func_op`; read-only: building it never changes the IR."""
+    """Post-dfs indexed dataflow of `func_op`; read-only: building it never changes the IR.
 
-    def __init__(self, func_op: ir.Operation) -> None:
+    `owner` is kept alive with the graph: pass the `ir.Module` holding `func_op` when
+    nothing else holds it (the bindings do not keep a module alive through its ops).
+    """
+
+    def __init__(self, func_op: ir.Operation, owner: object = None) -> None:
         self.func_op = func_op.operation
+        self.owner = owner
         self.nodes: list[Node] = []
         self.outputs: list[tuple[int, int]] = []  # the return's operands, as (node, result)
         self._build()

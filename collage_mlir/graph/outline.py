@@ -8,14 +8,18 @@ ops are erased and the block is put back in topological order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from iree.compiler import ir
 from iree.compiler.dialects import func
 
+from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name
+from collage_mlir.errors import CollageError
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph
-from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.graph.subgraph import SubGraph, execution_order
 
 
 @dataclass
@@ -27,50 +31,42 @@ class Region:
     attributes: dict[str, ir.Attribute] = field(default_factory=dict)
 
 
-def region_order(regions: list[Region]) -> list[Region]:
-    """Regions sorted so that every region comes after the regions it reads from.
+def region_name(function: str, backend: str, k: int) -> str:
+    """The symbol of region `k` of `function` run on `backend`: `<function>_<backend>_<k>`,
+    the backend spelled as an identifier (`onnxruntime-gpu` → `onnxruntime_gpu`). Reports
+    and profiles join on this name."""
+    return f"{function}_{''.join(c if c.isalnum() else '_' for c in backend)}_{k}"
 
-    Raises ValueError when the regions depend on each other in a cycle (each convex on its
-    own, but not schedulable as calls).
-    """
-    g = regions[0].sub_graph.graph if regions else None
-    owner = {}
-    for k, r in enumerate(regions):
-        for i in r.sub_graph.nodes:
-            owner[i] = k
-    deps = [set() for _ in regions]
-    for k, r in enumerate(regions):
-        for i in r.sub_graph.nodes:
-            for p in iter_bits(g.nodes[i].preds):
-                if p in owner and owner[p] != k:
-                    deps[k].add(owner[p])
-    order, state = [], [0] * len(regions)  # 0 new, 1 on stack, 2 done
 
-    def visit(k: int) -> None:
-        stack = [(k, iter(sorted(deps[k])))]
-        state[k] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                stack.pop()
-                state[node] = 2
-                order.append(node)
-            elif state[nxt] == 1:
-                raise ValueError("regions form a cycle")
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(sorted(deps[nxt]))))
+Placed = tuple[int, SubGraph, str, float | None]
+"""A region to outline: (region number k, its SubGraph, backend, estimated seconds or None)."""
 
-    for k in sorted(range(len(regions)), key=lambda k: regions[k].sub_graph.first):
-        if state[k] == 0:
-            visit(k)
-    return [regions[k] for k in order]
+
+def outline_placed(graph: DataflowGraph, placed: Sequence[Placed]) -> list[ir.Operation]:
+    """Outline each placed region as `region_name(function, backend, k)` carrying `collage.backend` and `collage.estimated_cost`, and drop
+    the annotate / search attributes from the function. Returns the call ops in order."""
+    fn = graph.func_op
+    name = function_name(fn)
+    regions = []
+    with fn.context:
+        for k, sub_graph, backend, cost in placed:
+            attrs = {collage.BACKEND: ir.StringAttr.get(backend)}
+            if cost is not None:
+                attrs[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(cost)
+            regions.append(Region(sub_graph, region_name(name, backend, k), attrs))
+    try:
+        calls = outline(graph, regions)
+    except ValueError as e:
+        raise CollageError(f"@{name}: cannot outline: {e}") from None
+    for key in (collage.CANDIDATES, collage.REGION_COSTS):
+        if key in fn.attributes:
+            del fn.attributes[key]
+    return calls
 
 
 def outline(graph: DataflowGraph, regions: list[Region]) -> list[ir.Operation]:
     """Outline `regions` (disjoint SubGraphs of `graph`); returns the call ops in order."""
-    ordered = region_order(regions)
+    ordered = [regions[k] for k in execution_order([r.sub_graph for r in regions])]
     fn_op = graph.func_op
     block = fn_op.regions[0].blocks[0]
     terminator = list(block.operations)[-1].operation

@@ -11,17 +11,18 @@ A valid SubGraph is convex: no path leaves it and re-enters, so it can become on
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from iree.compiler import ir
 from iree.compiler.dialects import func
 
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.errors import CollageError
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, NodeKind
-
-META_PREFIX = "torch.onnx_meta."
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,6 @@ class SubGraph:
         for i in self.nodes:
             acc |= self.graph.nodes[i].succs
         return acc & ~self.inside
-
-    @cached_property
-    def entry_bits(self) -> int:
-        g, outside = self.graph, ~self.inside & ~self.graph.const_bits
-        return sum(1 << i for i in self.nodes if g.nodes[i].preds & outside or
-                   not g.nodes[i].preds & ~g.const_bits)
 
     @cached_property
     def exit_bits(self) -> int:
@@ -194,7 +189,7 @@ class SubGraph:
             with ir.InsertionPoint(module.body):
                 fn = func.FuncOp(name, (in_types, out_types))
                 for key, attr in g.func_op.attributes.items():
-                    if key.startswith(META_PREFIX):
+                    if key.startswith(onnx_view.META_PREFIX):
                         fn.attributes[key] = attr
                 block = fn.add_entry_block()
             mapping = {g.nodes[n].values[r]: block.arguments[k]
@@ -212,3 +207,47 @@ class SubGraph:
             clone.operands[k] = mapping[v]
         for old, new in zip(op.results, clone.results, strict=True):
             mapping[old] = new
+
+
+def execution_order(regions: Sequence[SubGraph]) -> list[int]:
+    """Indices of disjoint `regions` (of one graph) so that each follows the regions it reads
+    from; among the ready ones, the lowest first node goes first. This is the order of the
+    search's choices and of the calls outlining makes.
+
+    Raises ValueError when the regions depend on each other in a cycle (each convex on its
+    own, but not schedulable as calls).
+    """
+    deps = _region_deps(regions)
+    users: list[list[int]] = [[] for _ in regions]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    waiting = [len(ds) for ds in deps]
+    ready = [(r.first, k) for k, r in enumerate(regions) if not waiting[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (regions[u].first, u))
+    if len(order) != len(regions):
+        raise ValueError("regions form a cycle")
+    return order
+
+
+def _region_deps(regions: Sequence[SubGraph]) -> list[set[int]]:
+    """deps[k]: indices of the regions that region k reads a value from."""
+    if not regions:
+        return []
+    graph = regions[0].graph
+    owner = {i: k for k, r in enumerate(regions) for i in r.nodes}
+    deps: list[set[int]] = [set() for _ in regions]
+    for k, r in enumerate(regions):
+        for i in r.nodes:
+            for p in iter_bits(graph.nodes[i].preds):
+                if p in owner and owner[p] != k:
+                    deps[k].add(owner[p])
+    return deps

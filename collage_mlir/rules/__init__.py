@@ -1,10 +1,9 @@
-"""Partition rules (RFC Phase 1-2): patterns, base rules, combinators, specs and defaults.
+"""Partition rules (RFC Phase 1-2): patterns, base rules, combinators and the defaults by kind.
 
-A PartitionRule finds candidate sub-graphs of a DataflowGraph; a PartitionSpec pairs one
-with a backend; `generate_candidates` runs every spec and returns the CandidatePartitions.
+A PartitionRule finds candidate sub-graphs of a DataflowGraph among the ops a backend
+supports. Rules know nothing of backends: `collage_mlir.annotate` pairs them (PartitionSpec).
 """
 
 from collage_mlir.rules.base import PartitionRule, RuleContext
-from collage_mlir.rules.spec import PartitionSpec, generate_candidates
 
-__all__ = ["PartitionRule", "PartitionSpec", "RuleContext", "generate_candidates"]
+__all__ = ["PartitionRule", "RuleContext"]

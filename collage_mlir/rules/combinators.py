@@ -19,7 +19,7 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.graph import DataflowGraph, Node, SubGraph, SubGraphConfig
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.rules.base import PartitionRule, RuleContext, dedupe
-from collage_mlir.rules.combiners import CombinerRule
+from collage_mlir.rules.fusion import CombinerRule
 
 
 class CompositeRule(PartitionRule):

@@ -1,4 +1,5 @@
-"""Default partition rules by backend kind (RFC Phase 1: inspect the backend, pick a rule).
+"""Default partition rules for the three backend kinds (RFC Phase 1: inspect the backend,
+pick a rule; `Backend.partition_rule` does the picking).
 
 - graph kind (onnxruntime, openvino): any connected set of supported ops within the limits
   (join-anything combine, as the RFC's predicate-based BYOC recipe);
@@ -12,17 +13,11 @@ PartitionSpec an explicit rule.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from collage_mlir.backends.base import BackendKind
 from collage_mlir.rules.base import OpKindRule, OpPredicateRule, PartitionRule, PatternRule
 from collage_mlir.rules.combinators import CombineRule, CompositeRule, OnlyValidRule, UnionRule
-from collage_mlir.rules.combiners import JoinAnythingCombiner, fuse_ops_combiners
+from collage_mlir.rules.fusion import JoinAnythingCombiner, fuse_ops_combiners
 from collage_mlir.rules.patterns import Op, Pattern, Wildcard
 from collage_mlir.rules.regions import MaximalRegionsRule
-
-if TYPE_CHECKING:
-    from collage_mlir.backends.base import Backend
 
 
 def with_maximal(rule: PartitionRule, name: str) -> PartitionRule:
@@ -67,13 +62,3 @@ def library_rule(patterns: dict[str, Pattern] | None = None) -> PartitionRule:
     composites = [CompositeRule(label, PatternRule(label, p)) for label, p in patterns.items()]
     return with_maximal(OnlyValidRule(UnionRule([*composites, OpPredicateRule("op")])),
                         "library")
-
-
-def default_rule_for(backend: Backend) -> PartitionRule:
-    """The rule for a backend of this kind (see module docstring)."""
-    kind = BackendKind(backend.kind)
-    if kind is BackendKind.GRAPH:
-        return graph_rule()
-    if kind is BackendKind.COMPILER:
-        return compiler_rule()
-    return library_rule()

@@ -7,6 +7,7 @@ artifacts the backends chose to write. Loading does not search again.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from iree.compiler import ir
@@ -27,9 +29,11 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
-from collage_mlir.runtime.report import ReportRow, format_report
-from collage_mlir.runtime.verify import Verdict
+from collage_mlir.runtime.report import ReportRow, Verdict, format_report
 from collage_mlir.static_shapes import format_dims
+
+if TYPE_CHECKING:
+    from collage_mlir.search.partitioning import Partitioning
 
 FORMAT = "collage_mlir.partitioned/1"
 Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -64,21 +68,35 @@ class PartitionedModel:
 
     def __init__(self, module: ir.Module, kernels: dict[str, Kernel],
                  backends: dict[str, Backend], report_rows: list[ReportRow] | None = None,
-                 estimated_cost: float | None = None) -> None:
+                 estimated_cost: float | None = None, partitioning: Partitioning | None = None,
+                 verdict: Verdict | None = None) -> None:
         self.module = module
         self.plan: Plan = build_plan(module)
         self.kernels = kernels
         self.backends = backends
         self.report_rows = report_rows or []
         self.estimated_cost = estimated_cost
-        # filled by `collage_mlir.compile` (not saved): what the search saw and chose, the
-        # end-to-end check (a `Verdict`, None when there was nothing to check) and the
-        # seconds each phase took
+        self.partitioning = partitioning
+        """The search's `Partitioning` this model was built from (None when loaded)."""
+        self.verdict = verdict
+        """The end-to-end check (saved); None when there was nothing to check."""
+        # the record of the run that made it (`with_record`; not saved)
         self.backends_considered: list[str] = sorted(backends)
         self.candidates: list = []
-        self.partitioning = None
-        self.verdict = None
         self.timings: dict[str, float] = {}
+
+    def with_record(self, *, verdict: Verdict | None, candidates: list,
+                    backends_considered: list[str], timings: dict[str, float]
+                    ) -> PartitionedModel:
+        """This model (same kernels) with the record of the run that made it: the end-to-end
+        check's verdict, the candidates the search saw, the backends it considered and the
+        seconds each phase took."""
+        out = copy.copy(self)
+        out.verdict = verdict
+        out.candidates = list(candidates)
+        out.backends_considered = list(backends_considered)
+        out.timings = dict(timings)
+        return out
 
     # -- building -----------------------------------------------------------------------
 
@@ -104,7 +122,9 @@ class PartitionedModel:
 
     # -- running ------------------------------------------------------------------------
 
-    def _arrange(self, inputs: Inputs) -> list[np.ndarray]:
+    def arrange(self, inputs: Inputs) -> list[np.ndarray]:
+        """`inputs` as the arrays `run` passes on: in order, checked against the shapes
+        and dtypes this model was built for (a lossy cast is refused)."""
         names = self.plan.input_names
         if isinstance(inputs, Mapping):
             missing = [n for n in names if n not in inputs]
@@ -131,7 +151,7 @@ class PartitionedModel:
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run end to end: inputs by name (dict) or in order (list); outputs in order."""
-        slots = self._execute(self._arrange(inputs))
+        slots = self._execute(self.arrange(inputs))
         return [np.array(slots[i], copy=True) for i in self.plan.outputs]
 
     def _execute(self, arrays: list[np.ndarray],
@@ -152,7 +172,7 @@ class PartitionedModel:
         """Median seconds of each region's call inside whole runs, by region function name:
         the measured counterpart of each region's estimated cost (each call includes taking
         its inputs from the previous regions, which the estimate prices as transitions)."""
-        arrays = self._arrange(inputs)
+        arrays = self.arrange(inputs)
         samples: dict[str, list[float]] = {s.callee: [] for s in self.plan.steps}
         for _ in range(rounds + 1):  # the first round warms up and is not kept
             self._execute(arrays, samples)
@@ -328,7 +348,6 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
     if missing:
         raise CollageError(f"{d / 'manifest.json'}: no entry for region(s) {missing}")
     rows = [ReportRow.from_json(r) for r in manifest.get("report", [])]
-    model = PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"))
-    if manifest.get("verdict"):
-        model.verdict = Verdict(**manifest["verdict"])
-    return model
+    verdict = Verdict(**manifest["verdict"]) if manifest.get("verdict") else None
+    return PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"),
+                            verdict=verdict)

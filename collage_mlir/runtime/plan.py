@@ -9,33 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
-from collage_mlir.passes.common import function_name, functions
-
-_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "si64": np.int64,
-           "si32": np.int32, "si8": np.int8, "ui8": np.uint8, "i1": np.bool_, "si16": np.int16}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @staticmethod
-    def of(t: ir.Type) -> TensorSpec:
-        parsed = onnx_view.tensor_type(t)
-        if parsed is None or parsed[0] is None or parsed[1] not in _DTYPES:
-            raise CollageError(f"unsupported tensor type {t}")
-        return TensorSpec(tuple(parsed[0]), np.dtype(_DTYPES[parsed[1]]))
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+from collage_mlir.tensors import TensorSpec, argument_specs
 
 
 @dataclass(frozen=True)
@@ -70,7 +50,7 @@ def region_functions(module: ir.Module) -> dict[str, ir.Operation]:
 
 
 def build_plan(module: ir.Module) -> Plan:
-    entries = functions(module.operation)
+    entries = public_functions(module)
     if len(entries) != 1:
         raise CollageError(f"expected one public function, found {len(entries)}")
     fn = entries[0]
@@ -97,13 +77,20 @@ def build_plan(module: ir.Module) -> Plan:
     n_in = len(block.arguments)
     return Plan(
         entry=function_name(fn),
-        inputs=[TensorSpec.of(a.type) for a in block.arguments],
+        inputs=_specs(fn),
         input_names=_names(fn, collage.INPUT_NAMES, "input", n_in),
         output_names=_names(fn, collage.OUTPUT_NAMES, "output", len(ret.operands)),
         steps=steps,
         outputs=[slot[v] for v in ret.operands],
         slot_count=len(slot),
     )
+
+
+def _specs(fn: ir.Operation) -> list[TensorSpec]:
+    try:
+        return argument_specs(fn)
+    except ValueError as e:
+        raise CollageError(f"@{function_name(fn)}: {e}") from None
 
 
 def _used(op: ir.Operation) -> bool:

@@ -1,9 +1,10 @@
-"""The partition report: one row per region — backend, ops, estimated cost, runner-up."""
+"""The partition report: one row per region (backend, ops, estimated cost, runner-up), and
+the verdict of the end-to-end check."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -57,3 +58,18 @@ def format_report(rows: list[ReportRow], total: float | None = None,
     if measured is not None:
         lines.append(f"measured sum of region calls: {_ms(sum(measured.values()))} ms")
     return "\n".join(lines)
+
+
+@dataclass
+class Verdict:
+    """What the end-to-end check timed (median seconds per contender) and what it kept."""
+
+    kept: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
+        return f"end-to-end check: {cells}; kept {self.kept}"
+
+    def to_json(self) -> dict:
+        return {"kept": self.kept, "timings": self.timings}

@@ -14,40 +14,25 @@ function returns is handed from its producing region to `HOST`.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collage_mlir.candidate import CandidatePartition
-from collage_mlir.graph import DataflowGraph, NodeKind, iter_bits
+from collage_mlir.candidate import HOST, CandidatePartition
+from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.graph import DataflowGraph, NodeKind
+from collage_mlir.graph.subgraph import execution_order as sub_graph_order
 
-HOST = "host"
-"""Backend name of the caller: it owns the function's arguments and results."""
-
-Transition = Callable[[str, str, int], float]
+TransitionCost = Callable[[str, str, int], float]
 """transition(src_backend, dst_backend, nbytes) -> seconds."""
 
 Value = tuple[int, int]
 """(producer node, result number)."""
 
-_DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i1": 1, "f8E4M3FN": 1, "f8E5M2": 1}
-
-
 def value_nbytes(graph: DataflowGraph, value: Value) -> int:
     """Bytes of one tensor value, from its `!torch.vtensor` type (unknown dims count as 1)."""
-    from collage_mlir.dialects import onnx as onnx_view
-
     node, result = value
-    parsed = onnx_view.tensor_type(graph.nodes[node].values[result].type)
-    if parsed is None:
-        return 0
-    shape, dtype = parsed
-    size = _DTYPE_BYTES.get(dtype)
-    if size is None:
-        bits = "".join(c for c in dtype if c.isdigit())
-        size = max(1, (int(bits) + 7) // 8) if bits else 4
-    return math.prod(max(d, 1) for d in shape or ()) * size
+    return onnx_view.tensor_nbytes(graph.nodes[node].values[result].type)
 
 
 @dataclass(frozen=True)
@@ -78,13 +63,6 @@ class Partitioning:
     def candidates(self) -> list[CandidatePartition]:
         return [c.candidate for c in self.choices]
 
-    def region_of(self) -> dict[int, int]:
-        """Op node -> index of its region in execution order."""
-        return {i: k for k, c in enumerate(self.choices) for i in c.candidate.sub_graph.nodes}
-
-    def backend_of(self) -> dict[int, str]:
-        return {i: c.candidate.backend for c in self.choices for i in c.candidate.sub_graph.nodes}
-
     def summary(self) -> str:
         """One line per region, for logs and reports."""
         lines = [f"total {self.total_cost:.6g} s (transitions {self.transition_cost:.6g} s), "
@@ -98,42 +76,12 @@ class Partitioning:
         return "\n".join(lines)
 
 
-def region_deps(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> list[set[int]]:
-    """deps[k]: indices of the regions that region k reads a value from."""
-    owner = {i: k for k, r in enumerate(regions) for i in r.sub_graph.nodes}
-    deps: list[set[int]] = [set() for _ in regions]
-    for k, r in enumerate(regions):
-        for i in r.sub_graph.nodes:
-            for p in iter_bits(graph.nodes[i].preds):
-                if p in owner and owner[p] != k:
-                    deps[k].add(owner[p])
-    return deps
-
-
 def execution_order(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> list[int]:
-    """Region indices so each region follows those it reads (ties: lowest first node).
+    """Region indices so each region follows those it reads (`graph.subgraph.execution_order`).
 
     Raises ValueError when the regions' quotient graph has a cycle.
     """
-    deps = region_deps(graph, regions)
-    users: list[list[int]] = [[] for _ in regions]
-    for k, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(k)
-    waiting = [len(ds) for ds in deps]
-    ready = [(r.sub_graph.first, k) for k, r in enumerate(regions) if not waiting[k]]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            waiting[u] -= 1
-            if not waiting[u]:
-                heapq.heappush(ready, (regions[u].sub_graph.first, u))
-    if len(order) != len(regions):
-        raise ValueError("regions form a cycle")
-    return order
+    return sub_graph_order([r.sub_graph for r in regions])
 
 
 def check_cover(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> None:
@@ -153,7 +101,7 @@ def check_cover(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> 
 
 
 def evaluate(graph: DataflowGraph, regions: Sequence[CandidatePartition],
-             costs: Sequence[float], transition: Transition | None = None) -> tuple[float, float]:
+             costs: Sequence[float], transition: TransitionCost | None = None) -> tuple[float, float]:
     """(total, transitions) of a whole partition under the transition model above."""
     owner = {i: k for k, r in enumerate(regions) for i in r.sub_graph.nodes}
     moved = 0.0

@@ -45,7 +45,7 @@ from collage_mlir.search.partitioning import (
     HOST,
     Choice,
     Partitioning,
-    Transition,
+    TransitionCost,
     Value,
     execution_order,
     value_nbytes,
@@ -61,13 +61,13 @@ class _Edge:
     backend: str
     cost: float  # estimate plus the host hand-offs, which depend on this candidate only
     inputs: tuple[tuple[Value, int, int], ...]  # from outside ops: (value, nbytes, consumers)
-    outputs: tuple[tuple[Value, int, int], ...]  # (value, outside op consumers, nbytes)
+    outputs: tuple[tuple[Value, int, int], ...]  # to outside ops: (value, nbytes, consumers)
     down_out: int  # nodes reachable from the region, outside it
     merging: bool
 
 
 def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-           costs: Sequence[float], transition_cost: Transition | None = None,
+           costs: Sequence[float], transition_cost: TransitionCost | None = None,
            unknown: str = "raise", reason: Callable[[CandidatePartition], str] | None = None
            ) -> Partitioning:
     """The least-cost exact, acyclic cover of `graph.op_bits` by `candidates`.
@@ -81,11 +81,11 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
         raise ValueError(f"{len(candidates)} candidates but {len(costs)} costs")
     order = sorted(range(len(candidates)), key=lambda k: candidates[k].sort_key())
     cands = [candidates[k] for k in order]
-    own = [_checked_cost(candidates[k], float(costs[k]), unknown) for k in order]
+    region_costs = [_checked_cost(candidates[k], float(costs[k]), unknown) for k in order]
     nbytes = _Sizes(graph)
     table = _transition_table(graph, cands, transition_cost, nbytes)
-    edges = _prepare(graph, cands, own, table, nbytes)
-    _check_coverable(graph, edges, cands, own, reason)
+    edges = _prepare(graph, cands, region_costs, table, nbytes)
+    _check_coverable(graph, edges, cands, region_costs, reason)
     bound = _Bound(graph, table, nbytes) if table is not None else None
     path, total, states = _dijkstra(graph, edges, table, bound)
     chosen = [cands[e.index] for e in path]
@@ -93,7 +93,7 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     same_nodes: dict[int, list[int]] = {}
     for k, c in enumerate(cands):
         same_nodes.setdefault(c.inside, []).append(k)
-    choices = tuple(_choice(cands, own, path[k].index, same_nodes) for k in ranks)
+    choices = tuple(_choice(cands, region_costs, path[k].index, same_nodes) for k in ranks)
     moved = total - math.fsum(c.cost for c in choices)
     return Partitioning(graph, choices, total, max(moved, 0.0), states)
 
@@ -125,7 +125,7 @@ class _Sizes(dict):
 
 
 def _transition_table(graph: DataflowGraph, cands: Sequence[CandidatePartition],
-                      transition: Transition | None, nbytes: _Sizes
+                      transition: TransitionCost | None, nbytes: _Sizes
                       ) -> dict[tuple[str, str, int], float] | None:
     """Every hand-off price the search can need, asked once; None when all are free."""
     if transition is None:
@@ -158,18 +158,19 @@ def _consumers(graph: DataflowGraph) -> dict[Value, int]:
     return out
 
 
-def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition], own: Sequence[float],
+def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition],
+             region_costs: Sequence[float],
              table: dict[tuple[str, str, int], float] | None, sizes: _Sizes) -> list[_Edge]:
     consumers = _consumers(graph)
     returned = set(graph.outputs)
     edges = []
     for k, cand in enumerate(cands):
-        if math.isinf(own[k]):
+        if math.isinf(region_costs[k]):
             continue
         sub = cand.sub_graph
         if not sub.is_convex:
             raise CollageError(f"candidate {cand} is not convex")
-        cost, inputs, outputs = own[k], [], []
+        cost, inputs, outputs = region_costs[k], [], []
         for v in sub.input_values:
             nbytes = sizes[v]
             if graph.nodes[v[0]].kind is NodeKind.ARG:
@@ -182,7 +183,7 @@ def _prepare(graph: DataflowGraph, cands: Sequence[CandidatePartition], own: Seq
                 cost += _price(table, cand.backend, HOST, nbytes)
             outside = consumers.get(v, 0) & ~sub.inside
             if outside:
-                outputs.append((v, outside, nbytes))
+                outputs.append((v, nbytes, outside))
         if math.isinf(cost):
             continue
         down = 0
@@ -210,7 +211,7 @@ def _price(table: dict[tuple[str, str, int], float] | None, src: str, dst: str,
 
 
 def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
-                     cands: Sequence[CandidatePartition], own: Sequence[float],
+                     cands: Sequence[CandidatePartition], region_costs: Sequence[float],
                      reason: Callable[[CandidatePartition], str] | None) -> None:
     covered = 0
     for e in edges:
@@ -223,7 +224,7 @@ def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
     name = onnx_view.node_name(node.op) if node.op is not None else ""
     # per backend, the smallest candidate holding the node says best why it is out
     why: dict[str, tuple[int, str]] = {}
-    for c, cost in zip(cands, own, strict=True):
+    for c, cost in zip(cands, region_costs, strict=True):
         if c.inside >> i & 1:
             size = c.inside.bit_count()
             text = (reason(c) if reason else "") or ("no cost" if math.isinf(cost) else "")
@@ -360,7 +361,7 @@ def _hand_offs(e: _Edge, covered: int, new_covered: int, live: dict,
         else:  # producer not placed yet: remember this consumer region's backend
             seen = live[v][1] if v in live else ()
             live[v] = ("c", tuple(sorted(seen + (e.backend,))))
-    for v, outside, nbytes in e.outputs:
+    for v, nbytes, outside in e.outputs:
         if v in live:  # consumers placed before their producer
             for dst in live[v][1]:
                 extra += table[e.backend, dst, nbytes]
@@ -379,13 +380,13 @@ def _path(parent: dict[_Key, tuple[_Key, _Edge]], key: _Key) -> list[_Edge]:
     return out[::-1]
 
 
-def _choice(cands: Sequence[CandidatePartition], own: Sequence[float], k: int,
+def _choice(cands: Sequence[CandidatePartition], region_costs: Sequence[float], k: int,
             same_nodes: dict[int, list[int]]) -> Choice:
     """The chosen candidate and the cheapest finite one on another backend, same nodes."""
     cand = cands[k]
-    rivals = [(own[j], j) for j in same_nodes[cand.inside]
-              if cands[j].backend != cand.backend and math.isfinite(own[j])]
+    rivals = [(region_costs[j], j) for j in same_nodes[cand.inside]
+              if cands[j].backend != cand.backend and math.isfinite(region_costs[j])]
     if not rivals:
-        return Choice(cand, own[k])
+        return Choice(cand, region_costs[k])
     cost, j = min(rivals)
-    return Choice(cand, own[k], cands[j], cost)
+    return Choice(cand, region_costs[k], cands[j], cost)

@@ -8,6 +8,8 @@ as its `mode` says:
 - `abort`: calls os.abort() while running (SIGABRT);
 - `hang`: sleeps for an hour while running;
 - `wrong`: returns outputs off by 0.5;
+- `stale`: right on its first call, then returns that call's outputs whatever the inputs;
+- `leak`: keeps 64 MiB more memory on every call;
 - `compile_error`: raises while compiling.
 They are loaded by path ("fault_backend:FaultInjectingBackend"); nothing in the product
 imports them.
@@ -98,6 +100,8 @@ class _FaultyKernel(NumpyKernel):
     def __init__(self, base: NumpyKernel, mode: str) -> None:
         super().__init__(base.n_args, base.steps, base.outputs)
         self.mode = mode
+        self.first: list[np.ndarray] | None = None
+        self.kept: list[np.ndarray] = []
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if self.mode == "segfault":
@@ -106,9 +110,15 @@ class _FaultyKernel(NumpyKernel):
             os.abort()
         elif self.mode == "hang":
             time.sleep(3600)
+        elif self.mode == "leak":
+            self.kept.append(np.ones(64 << 18, np.float32))  # touched, so resident
+        if self.mode == "stale" and self.first is not None:
+            return [o.copy() for o in self.first]
         outputs = super().run(inputs)
         if self.mode == "wrong":
             outputs = [o + np.float32(0.5) for o in outputs]
+        if self.mode == "stale":
+            self.first = [o.copy() for o in outputs]
         return outputs
 
 

@@ -20,14 +20,9 @@ from collage_mlir.cost.cache import (
     Transition,
     default_cache_path,
 )
-from collage_mlir.cost.key import (
-    SMALL_CONSTANT_BYTES,
-    find_function,
-    host_fingerprint,
-    measurement_key,
-    parse_resources,
-    region_key,
-)
+from collage_mlir.cost.key import host_fingerprint, measurement_key, region_key
+from collage_mlir.dialects.func import find_function
+from collage_mlir.export.resources import SMALL_CONSTANT_BYTES, parse_resources
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.importer import import_onnx, parse_mlir
 
@@ -116,7 +111,7 @@ def test_resource_blob_values_not_names_matter():
     a = region_key(parse_mlir(text("shape_a", one))).digest
     assert a == region_key(parse_mlir(text("shape_b", one))).digest
     assert a != region_key(parse_mlir(text("shape_a", two))).digest
-    assert parse_resources(text("shape_a", one)) == {"shape_a": one}
+    assert parse_resources(text("shape_a", one)) == {"shape_a": bytes.fromhex(one)}
 
 
 def test_large_constants_keyed_by_size_not_values():
@@ -197,7 +192,7 @@ def test_measurement_key_covers_backend_version_options_host():
         assert measurement_key(*changed) != base
     assert "cores:" in host_fingerprint()
     # hot and cold timings of one region must not share a row
-    from collage_mlir.cost.worker import MeasureSettings
+    from collage_mlir.cost.protocol import MeasureSettings
 
     cold, hot = MeasureSettings().method, MeasureSettings(cold_bytes=0).method
     assert cold != hot

@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 import collage_mlir
+from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.errors import CollageError
-from collage_mlir.runtime.compare import whole_model_runner
 from collage_mlir.tools import cli
 
 DATA = Path(__file__).parents[1] / "data" / "exported"

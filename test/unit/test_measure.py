@@ -18,14 +18,14 @@ import pytest
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.cache import INVALID, OK, MeasurementCache
-from collage_mlir.cost.inputs import make_inputs_for_specs
-from collage_mlir.cost.key import find_function
 from collage_mlir.cost.measure import MeasuringEstimator
+from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.transition import fit
-from collage_mlir.cost.worker import MeasureSettings, compare
+from collage_mlir.dialects.func import find_function
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.importer import import_onnx
+from collage_mlir.tensors import compare, make_inputs_for_specs
 
 HERE = Path(__file__).parent
 NUMPY = "fault_backend:NumpyTestBackend"
@@ -141,7 +141,7 @@ sys.path.insert(0, {here!r})
 from test_measure import MODEL, FAST, NUMPY, single_op
 import onnx.parser
 from collage_mlir.importer import import_onnx
-from collage_mlir.cost.key import find_function
+from collage_mlir.dialects.func import find_function
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.cost.measure import MeasuringEstimator
 module = import_onnx(onnx.parser.parse_model(MODEL.replace("16", sys.argv[2])))
@@ -264,7 +264,7 @@ def test_cli_measure_then_cache(tmp_path, capsys):
 
 
 def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):
-    from collage_mlir.cost import worker
+    from collage_mlir.cost import timing as worker
 
     events: list[str] = []
 

@@ -18,7 +18,9 @@ from conftest import LIGHT_MODELS, light_model_path
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
-from collage_mlir.runtime.compare import max_abs_diff, random_inputs, whole_model_runner
+from collage_mlir.check.compare import whole_model_runner
+from collage_mlir.tensors import max_abs_diff
+from collage_mlir.tensors import model_inputs as random_inputs
 
 GRAPH_BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
 needs_two = pytest.mark.skipif(len(GRAPH_BACKENDS) < 2, reason="needs onnxruntime and openvino")

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import collage_mlir
-from collage_mlir.backends.base import Backend, BackendKind
+from collage_mlir.annotate import PartitionSpec, generate_candidates
+from collage_mlir.backends.base import Backend, BackendKind, default_rule_for
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.dialects.op_kinds import OpKind
 from collage_mlir.errors import CollageError
@@ -25,7 +26,8 @@ from collage_mlir.rules.combinators import (
     PrimitiveRule,
     UnionRule,
 )
-from collage_mlir.rules.combiners import (
+from collage_mlir.rules.defaults import compiler_rule, graph_rule, library_rule
+from collage_mlir.rules.fusion import (
     AllSimpleCombiner,
     ByKindCombiner,
     CombinerRule,
@@ -33,11 +35,9 @@ from collage_mlir.rules.combiners import (
     TupleArgCombiner,
     fuse_ops_combiners,
 )
-from collage_mlir.rules.defaults import compiler_rule, default_rule_for, graph_rule, library_rule
 from collage_mlir.rules.patterns import Op, Wildcard
 from collage_mlir.rules.regions import MAXIMAL_CONFIG, convex_pieces
 from collage_mlir.rules.serialize import candidates_from_attr, candidates_to_attr, summary
-from collage_mlir.rules.spec import PartitionSpec, generate_candidates
 
 T = "!torch.vtensor<[1,8],f32>"
 _alive = []
@@ -337,7 +337,7 @@ def test_every_candidate_is_valid_under_its_config(dag, config, data):
     specs = [PartitionSpec(k.value, default_rule_for(FixedBackend(kind=k)), FixedBackend(kind=k))
              for k in BackendKind]
     for spec in specs:
-        spec._supported[id(g)] = supported
+        spec._supported[g] = supported
     got = generate_candidates(g, specs, config)
     assert len({(c.backend, c.inside) for c in got}) == len(got)
     for c in got:

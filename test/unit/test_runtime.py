@@ -120,3 +120,45 @@ def test_cli_run_profile(model, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "measured ms" in proc.stdout
+
+
+def test_a_backend_name_with_a_dash_joins_report_and_profile(tmp_path):
+    """Region functions spell the backend as an identifier (`ort-copy` → `ort_copy`); the
+    report rows and the profile must name regions the same way, or the measured column of
+    such a backend stays empty."""
+    import json
+
+    from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
+    from collage_mlir.backends.registry import _extra, register_backend
+    from collage_mlir.cost.table import TableEstimator
+
+    class DashedBackend(OnnxRuntimeBackend):
+        """Test double: onnxruntime under a name that is not an identifier."""
+
+        name = "ort-copy"
+
+    register_backend(DashedBackend)
+    try:
+        costs = tmp_path / "costs.json"
+        costs.write_text(json.dumps({"per_op": {"onnxruntime": {"Relu": 1.0, "Abs": 2.0},
+                                                "ort-copy": {"Relu": 2.0, "Abs": 1.0}}}))
+        module = collage_mlir.parse_mlir(ABS_RELU)
+        model = collage_mlir.compile(module, backends=["onnxruntime", "ort-copy"],
+                                     estimator=TableEstimator.from_json(str(costs)))
+        assert [s.backend for s in model.plan.steps] == ["onnxruntime", "ort-copy"]
+        measured = model.profile([np.ones((2, 4), np.float32)], rounds=2)
+        assert [r.region for r in model.report_rows] == list(measured)
+        row = next(line for line in model.report(measured=measured).splitlines()
+                   if line.startswith("f_ort_copy_1 "))
+        assert f"{measured['f_ort_copy_1'] * 1e3:.3f}" in row
+    finally:
+        _extra.pop(DashedBackend.name, None)
+
+
+ABS_RELU = f"""
+func.func @f(%arg0: {T}) -> {T} attributes {{torch.onnx_meta.opset_version = 17 : si64}} {{
+  %a = torch.operator "onnx.Relu"(%arg0) : ({T}) -> {T}
+  %b = torch.operator "onnx.Abs"(%a) : ({T}) -> {T}
+  return %b : {T}
+}}
+"""

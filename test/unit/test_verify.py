@@ -1,4 +1,4 @@
-"""The end-to-end check: the search's pick against whole-model alternatives (runtime/verify.py).
+"""The end-to-end check: the search's pick against whole-model alternatives (check/verify.py).
 
 The decision wiring is tested with injected timings (no wall clock); one test runs the real
 timing and checks only what it records.
@@ -16,9 +16,11 @@ from onnx import TensorProto, helper
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
+from collage_mlir.check import verify
+from collage_mlir.check.compare import Timing, whole_model_runner
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.runtime import verify
-from collage_mlir.runtime.compare import Timing, max_abs_diff, random_inputs, whole_model_runner
+from collage_mlir.tensors import max_abs_diff
+from collage_mlir.tensors import model_inputs as random_inputs
 
 GRAPH_BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
 needs_two = pytest.mark.skipif(len(GRAPH_BACKENDS) < 2, reason="needs onnxruntime and openvino")
@@ -211,7 +213,7 @@ def test_hand_offs_are_costed_before_the_search(monkeypatch):
     estimator's transition experiment is not billed to the search."""
     import importlib
 
-    search_mod = importlib.import_module("collage_mlir.search.search")
+    search_mod = importlib.import_module("collage_mlir.driver")
 
     asked: list[tuple[str, str]] = []
     seen_at_search: list[set] = []
@@ -236,7 +238,6 @@ def test_hand_offs_are_costed_before_the_search(monkeypatch):
 @needs_two
 def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch):
     """A whole model that cannot run in this process drops out of the check; the pick stays."""
-    from collage_mlir import api
     from collage_mlir.cost.table import TableEstimator
 
     def broken(module, backend):
@@ -244,7 +245,7 @@ def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch
             raise RuntimeError(f"{backend} broke")
         return run
 
-    monkeypatch.setattr(api, "whole_model_runner", broken)
+    monkeypatch.setattr(verify, "whole_model_runner", broken)
     model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
                                  estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
     assert model.verdict is None  # nothing left to compare with

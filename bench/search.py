@@ -1,6 +1,6 @@
 """Search speed on a real model with a synthetic candidate set (no backends needed).
 
-    python -m collage_mlir.search.bench [model.onnx] [--backends 3] [--seed 0]
+    python bench/search.py [model.onnx] [--backends 3] [--seed 0]
 
 Candidates: every op alone, every convex producer->consumer pair and every convex chain of
 three, on each backend, with random costs (seeded); fused candidates get a discount so the
@@ -16,7 +16,7 @@ import time
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
-from collage_mlir.search.partitioning import HOST
+from collage_mlir.candidate import HOST
 from collage_mlir.search.search import search
 
 

@@ -1,7 +1,8 @@
 """Side-by-side latency of a partitioned model and each backend running the whole model.
 
-Used by `collage-mlir demo` and `bench/`. Timings interleave the contenders round by round
-so that machine noise hits them alike; only ratios taken in one run are meaningful.
+Used by the end-to-end check, `collage-mlir demo`, `run --repeat` and `bench/`. Timings
+interleave the contenders round by round so that machine noise hits them alike; only ratios
+taken in one run are meaningful.
 """
 
 from __future__ import annotations
@@ -14,33 +15,15 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.backends.registry import get_backend
-from collage_mlir.runtime.plan import TensorSpec
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.runtime.model import region_module
 
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
-def random_inputs(module: ir.Module, seed: int = 0) -> list[np.ndarray]:
-    """Inputs for the module's public function: standard normal floats, small ints."""
-    from collage_mlir.passes.common import functions
-
-    fn = functions(module.operation)[0]
-    rng = np.random.default_rng(seed)
-    out = []
-    for a in fn.regions[0].blocks[0].arguments:
-        spec = TensorSpec.of(a.type)
-        if np.issubdtype(spec.dtype, np.floating):
-            out.append(rng.standard_normal(spec.shape).astype(spec.dtype))
-        else:
-            out.append(rng.integers(0, 2, spec.shape).astype(spec.dtype))
-    return out
-
-
 def whole_model_runner(module: ir.Module, backend_name: str) -> Runner:
     """Compile the whole (un-partitioned) model on one backend."""
-    from collage_mlir.passes.common import functions
-    from collage_mlir.runtime.model import region_module
-
-    kernel = get_backend(backend_name).compile(region_module(functions(module.operation)[0]))
+    kernel = get_backend(backend_name).compile(region_module(public_functions(module)[0]))
     return kernel.run
 
 
@@ -80,8 +63,3 @@ def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
             samples[name].append((time.perf_counter() - t0) / inner)
     return [Timing(n, float(np.median(s)), float(np.percentile(s, 90)))
             for n, s in samples.items()]
-
-
-def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
-    return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
-                for x, y in zip(a, b, strict=True)), default=0.0)

@@ -13,34 +13,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
+from iree.compiler import ir
 
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.graph import DataflowGraph
-from collage_mlir.runtime.compare import Runner, Timing, time_side_by_side
-from collage_mlir.search.partitioning import Choice, Partitioning, Transition, evaluate
+from collage_mlir.check.compare import Runner, Timing, time_side_by_side, whole_model_runner
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.runtime.model import PartitionedModel
+from collage_mlir.runtime.report import Verdict
+from collage_mlir.search.partitioning import Choice, Partitioning, TransitionCost, evaluate
+from collage_mlir.tensors import model_inputs
 
 MARGIN = 1.5
 """Whole-model alternatives estimated above MARGIN x the pick's estimate are not tried."""
 
 MAX_ALTERNATIVES = 2
-
-
-@dataclass
-class Verdict:
-    """What the end-to-end check timed (median seconds per contender) and what it kept."""
-
-    kept: str
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
-        return f"end-to-end check: {cells}; kept {self.kept}"
-
-    def to_json(self) -> dict:
-        return {"kept": self.kept, "timings": self.timings}
 
 
 PICK = "pick"
@@ -49,7 +38,7 @@ PICK = "pick"
 
 def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                        costs: Sequence[float], pick: Partitioning,
-                       transition: Transition | None) -> list[Partitioning]:
+                       transition: TransitionCost | None) -> list[Partitioning]:
     """Single-region partitionings worth timing against `pick`: the cheapest whole-function
     candidate per backend, estimated within MARGIN of the pick, cheapest first, at most
     MAX_ALTERNATIVES. The pick itself is not among them."""
@@ -83,3 +72,45 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     medians = {t.name: t.median_s for t in timings}
     kept = min(medians, key=lambda n: (medians[n], regions[n], n != PICK))
     return Verdict(kept, medians)
+
+
+def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
+               budget_s: float) -> tuple[Verdict | None, Partitioning | None]:
+    """Time `pick` against each alternative run whole on `pristine` (the module as it was
+    before outlining). Returns the verdict (None when no alternative could even run) and,
+    when an alternative won, that alternative rebased onto `pristine`'s own graph, ready
+    to be outlined and compiled in place of the pick."""
+    inputs = model_inputs(pristine)
+    runners: dict[str, Runner] = {PICK: pick.run}
+    regions = {PICK: len(pick.plan.steps)}
+    by_name: dict[str, Partitioning] = {}
+    for alt in alternatives:
+        name = f"{alt.choices[0].candidate.backend} whole"
+        try:
+            runner = whole_model_runner(pristine, alt.choices[0].candidate.backend)
+            runner(inputs)
+        except Exception:  # measured fine in the worker, fails here: not a contender
+            continue
+        runners[name] = runner
+        by_name[name], regions[name] = alt, 1
+    if not by_name:
+        return None, None
+    rounds = rounds_for([pick.estimated_cost or 0.0] +
+                        [a.total_cost for a in by_name.values()], budget_s)
+    verdict = fastest(runners, inputs, rounds, regions)
+    if verdict.kept == PICK:
+        return verdict, None
+    return verdict, _rebased(by_name[verdict.kept], pristine, pick.partitioning)
+
+
+def _rebased(alt: Partitioning, pristine: ir.Module, lost: Partitioning | None) -> Partitioning:
+    """`alt` (one whole-function region) over the graph of `pristine`; a one-region pick it
+    beat becomes its runner-up (the same nodes on another backend)."""
+    graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+    chosen = alt.choices[0]
+    whole = CandidatePartition(SubGraph(graph, graph.op_bits), chosen.candidate.backend,
+                               chosen.candidate.rule_name)
+    runner_up = lost.choices[0] if lost is not None and len(lost.choices) == 1 else None
+    choice = Choice(whole, chosen.cost, runner_up.candidate if runner_up else None,
+                    runner_up.cost if runner_up else None)
+    return Partitioning(graph, (choice,), alt.total_cost, alt.transition_cost)

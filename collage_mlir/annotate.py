@@ -1,4 +1,5 @@
-"""PartitionSpec (a rule paired with a backend) and Phase 2: all candidates of all specs.
+"""Annotate (RFC Phases 1-2): PartitionSpecs pair each backend with its rule; every spec's
+candidates together are the search's input.
 
 The search indexes candidates by their first node and the lit tests print them, so the list
 is deduplicated per (backend, nodes) and sorted by `CandidatePartition.sort_key`.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 from collage_mlir.backends.base import Backend
 from collage_mlir.backends.registry import get_backend
@@ -27,7 +29,8 @@ class PartitionSpec:
     backend_name: str
     rule: PartitionRule | None = None
     backend: Backend | None = None
-    _supported: dict[int, int] = field(default_factory=dict, repr=False)
+    _supported: WeakKeyDictionary[DataflowGraph, int] = field(
+        default_factory=WeakKeyDictionary, repr=False)
 
     def resolve_backend(self) -> Backend:
         if self.backend is None:
@@ -41,10 +44,9 @@ class PartitionSpec:
 
     def supported(self, graph: DataflowGraph) -> int:
         """The op nodes of `graph` the backend can run (asked once per graph)."""
-        key = id(graph)
-        if key not in self._supported:
-            self._supported[key] = self.resolve_backend().capability(graph) & graph.op_bits
-        return self._supported[key]
+        if graph not in self._supported:
+            self._supported[graph] = self.resolve_backend().capability(graph) & graph.op_bits
+        return self._supported[graph]
 
     def candidates(self, graph: DataflowGraph, config: SubGraphConfig) -> list[CandidatePartition]:
         ctx = RuleContext(graph, self.backend_name, self.supported(graph), config)

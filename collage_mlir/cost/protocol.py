@@ -1,0 +1,81 @@
+"""What the measuring parent and its worker processes agree on: settings and backend specs.
+
+A backend spec is `{"target": "onnxruntime" | "package.module:Class", "options": {...}}`.
+Modules named by path are found on `sys.path` plus `$COLLAGE_WORKER_SYS_PATH` (os.pathsep
+separated), which the parent sets (test doubles live in test/, never in the package).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SYS_PATH_ENV = "COLLAGE_WORKER_SYS_PATH"
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How long and how carefully one kernel is timed and checked.
+
+    Timing: `warmup` calls, then calls until `min_runs` are done and the running median moved
+    less than `settle` (relative) over the last `settle_window` calls, or `budget_s` is spent
+    (at least `min_runs_on_budget` calls), or `max_runs`. Big kernels live on that floor: at
+    3 calls one slow call in a busy moment moved IREE's whole-alexnet median by 10% and the
+    search split a model that runs faster whole; 5 calls outvote two outliers.
+    Check: the same dtype and shape as the reference, NaN where it has NaN, and every output
+    element within `atol_scale * max|ref| + rtol * |ref|` of the reference — relative to the
+    output's own magnitude, so an all-zero or doubled output of a small-valued reference fails
+    (a floor of 1 on max|ref| let zeros pass for a reference of 1e-3). fp32 backends differ
+    more than reordering alone suggests: OpenVINO's whole squeezenet (26 convolutions, some
+    Winograd) is 1e-3 off onnxruntime on a softmax output of magnitude 1, which the first,
+    tighter bounds (1e-4, 1e-3) wrongly called invalid. A wrong kernel is off by far more.
+    """
+
+    cold_bytes: int = 64 << 20
+    """Before each timed call, stream through a buffer this large (untimed). In a
+    partitioned model a region's call follows other regions' work: its weights were evicted
+    and its backend's threads went idle. Timed hot, call after call, the regions of a mixed
+    alexnet summed to 6.2 ms against 8.6 ms measured in the chain; timed after a 64 MiB
+    sweep, to 8.2-8.5 ms (a sleep of the same length alone gave 7.6; a 16 MiB sweep 6.7).
+    0 times hot."""
+    warmup: int = 2
+    min_runs: int = 10
+    max_runs: int = 200
+    budget_s: float = 1.0
+    min_runs_on_budget: int = 5
+    settle: float = 0.02
+    settle_window: int = 5
+    rtol: float = 1e-2
+    atol_scale: float = 3e-3
+
+    @property
+    def method(self) -> str:
+        """How kernels are timed, for the cache key (hot and cold numbers must not mix)."""
+        return f"cold{self.cold_bytes}" if self.cold_bytes else "hot"
+
+
+def load_backend(spec: dict[str, Any]):
+    """Instantiate a backend from a spec: a registry name or a `module:Class` path."""
+    target, options = spec["target"], spec.get("options") or {}
+    if ":" in target:
+        module_name, _, cls_name = target.partition(":")
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        reason = cls.unavailable_reason()
+        if reason:
+            raise RuntimeError(f"backend '{target}' is not usable here: {reason}")
+        return cls(**options)
+    from collage_mlir.backends.registry import get_backend
+
+    return get_backend(target, **options)
+
+
+def shares_compiles(backend: Any) -> bool:
+    """True when the backend overrides `compile_many` (it compiles a batch in one go)."""
+    from collage_mlir.backends.base import Backend
+
+    return type(backend).compile_many is not Backend.compile_many
+
+
+def settings_dict(settings: MeasureSettings) -> dict[str, Any]:
+    return asdict(settings)

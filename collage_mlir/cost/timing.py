@@ -1,0 +1,51 @@
+"""Timing one kernel: calls until the median settles, each after a cache sweep."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from collage_mlir.cost.protocol import MeasureSettings
+
+
+def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -> list[float]:
+    """Per-call seconds of `kernel.run(inputs)`, same input arrays each call (bound once),
+    each call after a cache sweep unless `s.cold_bytes` is 0."""
+    for _ in range(s.warmup):
+        kernel.run(inputs)
+    sweep = _sweep_buffer(s.cold_bytes) if s.cold_bytes else None
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < s.max_runs:
+        if sweep is not None:
+            sweep.sum()  # evict caches, let the backend's threads idle (see cold_bytes)
+        t0 = time.perf_counter()
+        kernel.run(inputs)
+        times.append(time.perf_counter() - t0)
+        n = len(times)
+        if n >= max(s.min_runs, 2 * s.settle_window) and n % s.settle_window == 0:
+            now, before = statistics.median(times), statistics.median(times[:-s.settle_window])
+            if abs(now - before) <= s.settle * now:
+                break
+        if n >= s.min_runs_on_budget and time.perf_counter() - start > s.budget_s:
+            break
+    return times
+
+
+@functools.lru_cache(maxsize=1)
+def _sweep_buffer(nbytes: int) -> np.ndarray:
+    return np.ones(max(nbytes // 4, 1), np.float32)
+
+
+def summarize(times: Sequence[float]) -> dict[str, float]:
+    """median, p90 and spread = (p90 - p10) / median."""
+    arr = np.asarray(times)
+    median = float(np.median(arr))
+    p10, p90 = (float(v) for v in np.percentile(arr, [10, 90]))
+    return {"median": median, "p90": p90, "spread": (p90 - p10) / median if median > 0 else 0.0,
+            "runs": len(times)}

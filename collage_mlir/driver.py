@@ -1,0 +1,274 @@
+"""The phase driver: import → annotate → measure → search → outline → compile → check.
+
+One function per phase, on Python objects, and `partition` running them in order. The
+Python API (`collage_mlir.compile`), the command line and the passes (`passes/`, thin
+wrappers that read and write the `collage.*` attributes) all call these; no phase reaches
+back into a later one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import onnx
+from iree.compiler import ir
+
+from collage_mlir.annotate import generate_candidates, specs_for
+from collage_mlir.backends.registry import available_backends, registered_backends
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.check.verify import check_pick, whole_alternatives
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, SubGraphConfig
+from collage_mlir.graph.outline import outline_placed, region_name
+from collage_mlir.importer import import_onnx, parse_mlir
+from collage_mlir.paths import user_path
+from collage_mlir.placement import Placement
+from collage_mlir.progress import ProgressBar
+from collage_mlir.runtime.model import PartitionedModel, clone_module
+from collage_mlir.runtime.report import ReportRow, summarize_op_types
+from collage_mlir.search.partitioning import Partitioning
+from collage_mlir.search.search import search
+from collage_mlir.static_shapes import InputShapes
+
+DEFAULT_MAX_DEPTH = 3
+"""Measured with onnxruntime, openvino and iree (max-exits=1): light_resnet50 has 177/340/
+498/639 candidates per graph backend at depth 1/2/3/4 (iree 169 to 185), light_densenet121
+669/1278/1828/2319 (iree 366). Each level adds about 30%; 3 takes Conv+BN+Relu and
+Conv+Add+Relu whole, and deeper groups stay reachable through the maximal regions."""
+DEFAULT_MAX_EXITS = 1
+
+ModelInput = str | os.PathLike | onnx.ModelProto | ir.Module
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """Everything `partition` takes besides the model (see `collage_mlir.compile`)."""
+
+    backends: Sequence[str] | None = None
+    cache: str | os.PathLike | None = None
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_exits: int = DEFAULT_MAX_EXITS
+    placement: str | os.PathLike | None = None
+    cost: str = "measure"
+    verify: bool | None = None
+    verify_budget_s: float = 3.0
+    input_shapes: InputShapes | None = None
+    progress: bool = False
+
+
+# -- import ---------------------------------------------------------------------------------
+
+
+def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Module:
+    """An MLIR module from a path (.onnx or .mlir), a ModelProto or a module (used as is).
+
+    `input_shapes` (name → dims) specialises an ONNX model's dynamic inputs; MLIR input is
+    static already (it was imported) and takes none."""
+    if isinstance(model, onnx.ModelProto) or (
+            not isinstance(model, ir.Module) and user_path(model).suffix != ".mlir"):
+        return import_onnx(model, input_shapes=input_shapes)
+    if input_shapes:
+        raise CollageError("input shapes apply to ONNX models; MLIR input is static already")
+    if isinstance(model, ir.Module):
+        return model
+    path = user_path(model)
+    try:
+        module = parse_mlir(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
+    refuse_partitioned(module, str(path))
+    return module
+
+
+def refuse_partitioned(module: ir.Module, label: str) -> None:
+    """A module already outlined by collage (functions carrying `collage.backend`) is the
+    output of partitioning, not an input to it."""
+    for op in module.body.operations:
+        if collage.BACKEND in op.operation.attributes:
+            raise CollageError(f"{label}: already partitioned (it has outlined collage "
+                               "regions); partition the original model instead")
+
+
+def entry_graph(module: ir.Module) -> DataflowGraph:
+    """The DataflowGraph of the module's one public function (kept alive with the module)."""
+    fns = public_functions(module)
+    if len(fns) != 1:
+        raise CollageError(f"expected one public function, found {len(fns)}")
+    return DataflowGraph(fns[0], owner=module)
+
+
+# -- annotate -------------------------------------------------------------------------------
+
+
+def usable_backends(names: Sequence[str] | None, say: Say = print) -> list[str]:
+    """The usable backends among `names` (all available ones when None); unusable ones are
+    skipped with a message, an unknown name is an error, and having none left is an error."""
+    if names is None:
+        names = available_backends()
+    known = registered_backends()
+    usable = []
+    for name in names:
+        if name not in known:
+            raise CollageError(f"unknown backend '{name}' (known: {', '.join(sorted(known))})")
+        reason = known[name].unavailable_reason()
+        if reason:
+            say(f"collage: skipping backend '{name}': {reason}")
+        else:
+            usable.append(name)
+    if not usable:
+        raise CollageError("no usable backend")
+    return usable
+
+
+def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConfig,
+             placement: str | os.PathLike | None = None) -> list[CandidatePartition]:
+    """Every backend's candidates (RFC phases 1-2), less those a placement file forbids."""
+    candidates = generate_candidates(graph, specs_for(backends), config)
+    if placement is None:
+        return candidates
+    return Placement.from_json(placement).filter(graph, candidates)
+
+
+# -- measure --------------------------------------------------------------------------------
+
+
+def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None
+                   ) -> CostEstimator:
+    """'measure' → the measuring estimator (real backends + cache); 'table:FILE' → a table."""
+    if cost == "measure":
+        from collage_mlir.cost.measure import MeasuringEstimator
+
+        return MeasuringEstimator(list(backends), cache_path=cache)
+    if cost.startswith("table:"):
+        from collage_mlir.cost.table import TableEstimator
+
+        return TableEstimator.from_json(cost[len("table:"):])
+    raise CollageError(f"cost={cost}: expected 'measure' or 'table:FILE'")
+
+
+def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
+            backends: Sequence[str], progress: bool = False) -> list[float]:
+    """Every candidate's cost, then every backend pair's hand-off cost once: a measuring
+    estimator runs its transition experiment here (about a minute on an empty cache) rather
+    than lazily inside the search, so the phase timings say where the time went."""
+    bar = ProgressBar("measuring") if progress else None
+    costs = estimator.estimate(candidates, progress=bar)
+    if bar:
+        bar.close()
+    pairs = [(a, b) for a in backends for b in backends]
+    bar = ProgressBar("hand-offs") if progress else None
+    for k, (a, b) in enumerate(pairs):
+        estimator.transition_cost(a, b, 0)
+        if bar:
+            bar(k + 1, len(pairs))
+    if bar:
+        bar.close()
+    return costs
+
+
+# -- search ---------------------------------------------------------------------------------
+
+
+def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+           costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise"
+           ) -> Partitioning:
+    """The least-cost cover (RFC phase 3) under the estimator's hand-off prices."""
+    return search(graph, candidates, costs, estimator.transition_cost, unknown,
+                  estimator.reason)
+
+
+# -- outline and compile --------------------------------------------------------------------
+
+
+def outline(partitioning: Partitioning) -> list[ir.Operation]:
+    """Rewrite the partitioned function into calls to one private function per chosen
+    region (RFC phase 4); returns the calls in execution order."""
+    return outline_placed(partitioning.graph, [
+        (k, c.candidate.sub_graph, c.candidate.backend, c.cost)
+        for k, c in enumerate(partitioning.choices)])
+
+
+def report_rows(partitioning: Partitioning) -> list[ReportRow]:
+    """One report row per chosen region, named as `outline` names its function."""
+    graph = partitioning.graph
+    name = function_name(graph.func_op)
+    rows = []
+    for k, choice in enumerate(partitioning.choices):
+        cand = choice.candidate
+        types = [graph.nodes[i].op_type for i in cand.sub_graph.nodes]
+        rows.append(ReportRow(
+            region=region_name(name, cand.backend, k), backend=cand.backend, ops=len(types),
+            op_types=summarize_op_types(types), estimated_cost=choice.cost,
+            runner_up=choice.runner_up.backend if choice.runner_up else "",
+            runner_up_cost=choice.runner_up_cost))
+    return rows
+
+
+def build(module: ir.Module, partitioning: Partitioning) -> PartitionedModel:
+    """Outline `partitioning` in `module` (which holds its graph) and compile every region."""
+    rows = report_rows(partitioning)
+    outline(partitioning)
+    return PartitionedModel.from_module(module, report_rows=rows,
+                                        estimated_cost=partitioning.total_cost,
+                                        partitioning=partitioning)
+
+
+# -- the whole run --------------------------------------------------------------------------
+
+
+@contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
+
+
+def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
+              estimator: CostEstimator | None = None) -> PartitionedModel:
+    """Every phase in order. A given `estimator` stays open (its owner closes it); by
+    default the end-to-end check runs only when costs are measured here."""
+    timings: dict[str, float] = {}
+    with _timed(timings, "import"):
+        module = load(model, options.input_shapes)
+    names = usable_backends(options.backends)
+    with _timed(timings, "annotate"):
+        graph = entry_graph(module)
+        config = SubGraphConfig(max_exits=options.max_exits, allow_taps=False,
+                                max_depth=options.max_depth)
+        candidates = annotate(graph, names, config, options.placement)
+    owns_estimator = estimator is None
+    verify = options.verify
+    if verify is None:
+        verify = options.cost == "measure" and owns_estimator
+    estimator = estimator or make_estimator(options.cost, names, options.cache)
+    try:
+        with _timed(timings, "measure"):
+            costs = measure(estimator, candidates, names, options.progress)
+        with _timed(timings, "search"):
+            partitioning = choose(graph, candidates, costs, estimator)
+        alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
+                                           estimator.transition_cost) if verify else [])
+    finally:
+        if owns_estimator:
+            estimator.close()
+    pristine = clone_module(module) if alternatives else None
+    with _timed(timings, "compile"):
+        result = build(module, partitioning)
+    verdict = None
+    if alternatives:
+        with _timed(timings, "verify"):
+            verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s)
+            if kept is not None:
+                result = build(pristine, kept)
+    return result.with_record(verdict=verdict, candidates=candidates,
+                              backends_considered=names, timings=timings)

@@ -1,0 +1,143 @@
+"""Tensors at the edges of kernels: their specs, the inputs every phase feeds, the numeric check.
+
+One input rule and one check for the whole tool, so that measurement, the end-to-end check
+and the benchmarks feed kernels the same kind of data and judge outputs alike.
+
+Input rule (deterministic: the generator is seeded from the specs, so every backend and the
+reference see the same arrays):
+- floating point: standard normal;
+- bool: fair coin;
+- integers: uniform in 0..n-1, where n is the smallest dimension (≥ 1) of the other,
+  non-integer inputs, capped at INDEX_CAP (and INDEX_CAP when there is none). Integer inputs
+  are almost always indices (Gather, GatherElements, OneHot, token ids) or small counts; an
+  index below every dimension is valid on any axis, so the kernel does real work instead of
+  failing a bounds check. Regions that need other integer values (a Reshape target fed at
+  run time) fail on every backend alike, so they cost the same everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.dialects.func import public_functions
+
+INDEX_CAP = 16
+
+SCALE_FLOOR = 1e-6
+"""max|ref| below this counts as this: an all-zero reference still allows round-off."""
+
+
+class TensorSpec(NamedTuple):
+    """Static shape and numpy dtype of one tensor (a plain (shape, dtype) pair works too)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @staticmethod
+    def of(t: ir.Type) -> TensorSpec:
+        """The spec of a `!torch.vtensor` type; ValueError when it is not static or its
+        element type has no numpy dtype."""
+        parsed = onnx_view.tensor_type(t)
+        if parsed is None or parsed[0] is None:
+            raise ValueError(f"cannot make an input for type {t}")
+        shape, name = parsed
+        if any(d < 0 for d in shape):
+            raise ValueError(f"dynamic shape {t}: measure needs static shapes")
+        if name not in onnx_view.NUMPY_DTYPES:
+            raise ValueError(f"no input rule for element type {name}")
+        return TensorSpec(tuple(shape), onnx_view.NUMPY_DTYPES[name])
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def argument_specs(fn: ir.Operation) -> list[TensorSpec]:
+    """The specs of a `func.func`'s arguments, in order."""
+    return [TensorSpec.of(a.type) for a in fn.regions[0].blocks[0].arguments]
+
+
+def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
+                          seed: int | None = None) -> list[np.ndarray]:
+    """Arrays following the module's input rule; seeded from the specs unless `seed` is given."""
+    specs = [(tuple(shape), np.dtype(dt)) for shape, dt in specs]
+    if seed is None:
+        seed = int.from_bytes(hashlib.sha256(repr(specs).encode()).digest()[:8], "little")
+    rng = np.random.default_rng(seed)
+    dims = [d for shape, dt in specs if dt.kind not in "iu" for d in shape if d >= 1]
+    high = min([INDEX_CAP, *dims])
+    out: list[np.ndarray] = []
+    for shape, dt in specs:
+        if dt.kind == "f":
+            out.append(rng.standard_normal(shape, dtype=np.float32).astype(dt))
+        elif dt.kind == "b":
+            out.append(rng.integers(0, 2, size=shape).astype(np.bool_))
+        else:
+            out.append(rng.integers(0, high, size=shape).astype(dt))
+    return out
+
+
+def make_inputs(fn: ir.Operation, seed: int | None = None) -> list[np.ndarray]:
+    """Inputs for every argument of `fn` (a `func.func`), by the module's input rule."""
+    return make_inputs_for_specs(argument_specs(fn), seed)
+
+
+def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:
+    """Inputs for the model entry point (the module's public function)."""
+    return make_inputs(public_functions(module)[0], seed)
+
+
+class Tolerance(Protocol):
+    rtol: float
+    atol_scale: float
+
+
+def compare(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
+            tol: Tolerance) -> str | None:
+    """None when `outputs` match `reference`, else the reason ("wrong numbers: …").
+
+    Exact on count, shape and dtype; NaN exactly where the reference has NaN; ±Inf equal;
+    every other element within `tol.atol_scale * max|ref| + tol.rtol * |ref|` — relative
+    to the output's own magnitude, so an all-zero or doubled output of a small-valued
+    reference fails."""
+    if len(outputs) != len(reference):
+        return f"wrong numbers: {len(outputs)} outputs, reference has {len(reference)}"
+    for k, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
+        reason = _compare_one(k, np.asarray(out), np.asarray(ref), tol)
+        if reason:
+            return f"wrong numbers: {reason}"
+    return None
+
+
+def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> str | None:
+    if out.shape != ref.shape:
+        return f"output {k} has shape {out.shape}, reference {ref.shape}"
+    if out.dtype != ref.dtype:
+        return f"output {k} is {out.dtype}, reference {ref.dtype}"
+    if ref.dtype.kind not in "fc":
+        if not np.array_equal(out, ref):
+            return f"output {k} differs in {int((out != ref).sum())} elements"
+        return None
+    out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(ref64)
+    if not np.array_equal(np.isnan(out64), np.isnan(ref64)):
+        return f"output {k} has NaN where the reference has none (or back)"
+    scale = max(SCALE_FLOOR, float(np.abs(ref64[finite]).max(initial=0.0)))
+    err = np.abs(out64 - ref64)
+    err[~finite] = np.where(out64[~finite] == ref64[~finite], 0.0, np.inf)
+    bound = tol.atol_scale * scale + tol.rtol * np.abs(np.where(finite, ref64, 0.0))
+    if (err > bound).any():
+        return (f"max abs err {float(err.max()):.3g} in output {k} "
+                f"(max |ref| {scale:.3g}, rtol {tol.rtol:g})")
+    return None
+
+
+def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max((float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+                for x, y in zip(a, b, strict=True)), default=0.0)

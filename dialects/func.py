@@ -1,0 +1,47 @@
+"""A read-only view of the `func` dialect: which functions a module holds, and their names.
+
+The one place that knows how a model's entry point, an outlined region and an extracted
+region are told apart: entry points are public `func.func`s with a body, outlined regions
+are private.
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+ModuleLike = ir.Module | ir.Operation
+"""An `ir.Module`, or the `builtin.module` operation (`func_op.parent`)."""
+
+
+def _body(module: ModuleLike) -> ir.Block:
+    return module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
+
+
+def function_name(fn: ir.Operation) -> str:
+    return ir.StringAttr(fn.attributes["sym_name"]).value
+
+
+def is_private(fn: ir.Operation) -> bool:
+    vis = fn.attributes["sym_visibility"] if "sym_visibility" in fn.attributes else None
+    return vis is not None and ir.StringAttr(vis).value == "private"
+
+
+def public_functions(module: ModuleLike) -> list[ir.Operation]:
+    """The public `func.func`s with a body: the model entry points (outlined regions are
+    private and are skipped)."""
+    out = []
+    for op in _body(module).operations:
+        op = op.operation
+        if op.name == "func.func" and op.regions[0].blocks and not is_private(op):
+            out.append(op)
+    return out
+
+
+def find_function(module: ModuleLike, name: str | None = None) -> ir.Operation:
+    """The `func.func` called `name`, or the first one when `name` is None (an extracted
+    region holds exactly one). ValueError when there is none."""
+    for op in _body(module).operations:
+        op = op.operation
+        if op.name == "func.func" and (name is None or function_name(op) == name):
+            return op
+    raise ValueError(f"no function '{name or '<any>'}' in module")
