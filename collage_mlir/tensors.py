@@ -64,11 +64,13 @@ def argument_specs(fn: ir.Operation) -> list[TensorSpec]:
 
 
 def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
-                          seed: int | None = None) -> list[np.ndarray]:
-    """Arrays following the module's input rule; seeded from the specs unless `seed` is given."""
+                          seed: int | None = None, variant: int = 0) -> list[np.ndarray]:
+    """Arrays following the module's input rule; seeded from the specs (plus `variant`, for
+    another set of the same kind) unless `seed` is given."""
     specs = [(tuple(shape), np.dtype(dt)) for shape, dt in specs]
     if seed is None:
         seed = int.from_bytes(hashlib.sha256(repr(specs).encode()).digest()[:8], "little")
+        seed += variant
     rng = np.random.default_rng(seed)
     dims = [d for shape, dt in specs if dt.kind not in "iu" for d in shape if d >= 1]
     high = min([INDEX_CAP, *dims])
@@ -83,9 +85,10 @@ def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
     return out
 
 
-def make_inputs(fn: ir.Operation, seed: int | None = None) -> list[np.ndarray]:
+def make_inputs(fn: ir.Operation, seed: int | None = None, variant: int = 0
+                ) -> list[np.ndarray]:
     """Inputs for every argument of `fn` (a `func.func`), by the module's input rule."""
-    return make_inputs_for_specs(argument_specs(fn), seed)
+    return make_inputs_for_specs(argument_specs(fn), seed, variant)
 
 
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:

@@ -50,6 +50,9 @@ class WorkerConfig:
     timeout_s: float = 60.0
     batch_size: int = 16
     start_timeout_s: float = 120.0
+    memory_limit_bytes: int = 0
+    """The worker ends itself past this resident size (0: no limit); the region it was on
+    is invalid, with the reason."""
 
 
 Result = dict[str, Any]
@@ -89,7 +92,7 @@ class WorkerClient:
         threading.Thread(target=self._pump_stdout, args=(self.proc,), daemon=True).start()
         threading.Thread(target=self._pump_stderr, args=(self.proc,), daemon=True).start()
         self._send(cmd="init", backend=self.config.backend, reference=self.config.reference,
-                   settings=self.config.settings)
+                   settings=self.config.settings, memory_limit=self.config.memory_limit_bytes)
         msg = self._next(self.config.start_timeout_s)
         if msg is None or msg.get("event") != "ready":
             why = msg.get("error") if msg else self._death("starting")
@@ -180,7 +183,8 @@ class WorkerClient:
                 what = f"killed by signal {-rc}"
         else:
             what = f"exited with status {rc}"
-        fatal = next((ln for ln in reversed(self.stderr_tail) if "Fatal Python error" in ln), "")
+        fatal = next((ln for ln in reversed(self.stderr_tail)
+                      if "Fatal Python error" in ln or ln.startswith("collage worker:")), "")
         return f"worker {what} while {doing}" + (f" ({fatal.strip()})" if fatal else "")
 
     # -- commands -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ import functools
 import importlib
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,14 +152,16 @@ class MeasuringEstimator(CostEstimator):
     `reference`: the backend whose outputs every kernel is checked against (None: unchecked).
     `timeout_s`: longest one region may take to compile, check and time before it is
     declared hung. `skip_unusable`: drop unknown or unavailable backends (see `skipped`)
-    instead of raising a CollageError.
+    instead of raising a CollageError. `worker_memory_bytes`: the resident size past which a
+    worker ends itself and its region is invalid (default `default_worker_memory()`; 0: none).
     """
 
     def __init__(self, backends: BackendsArg, cache_path: str | Path | None = None,
                  timeout_s: float = 60.0, reference: str | None = "onnxruntime",
                  settings: MeasureSettings | None = None, batch_size: int = 16,
                  sys_path: Sequence[str] = (), skip_unusable: bool = False,
-                 cache: MeasurementCache | None = None) -> None:
+                 cache: MeasurementCache | None = None,
+                 worker_memory_bytes: int | None = None) -> None:
         self.backends, self.skipped = backend_infos(backends)
         if self.skipped and not skip_unusable:
             raise CollageError("; ".join(self.skipped.values()))
@@ -168,6 +171,8 @@ class MeasuringEstimator(CostEstimator):
         self.settings = settings or MeasureSettings()
         self.batch_size = batch_size
         self.sys_path = tuple(sys_path)
+        self.worker_memory_bytes = (default_worker_memory() if worker_memory_bytes is None
+                                    else worker_memory_bytes)
         self.stats = EstimateStats()
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
@@ -354,7 +359,8 @@ class MeasuringEstimator(CostEstimator):
         return WorkerConfig(backend=info.spec, reference=self.reference,
                             settings=settings_dict(self.settings),
                             sys_path=tuple(dict.fromkeys(paths)), timeout_s=self.timeout_s,
-                            batch_size=self.batch_size)
+                            batch_size=self.batch_size,
+                            memory_limit_bytes=self.worker_memory_bytes)
 
     # -- transitions --------------------------------------------------------------------
 
@@ -401,6 +407,16 @@ class MeasuringEstimator(CostEstimator):
         t = self.transition(src_backend, dst_backend)
         cost = t.cost(nbytes) if t is not None else math.nan
         return 0.0 if math.isnan(cost) else cost
+
+
+def default_worker_memory() -> int:
+    """Half the machine's memory: a measuring worker past it (a leaking kernel, a compiler
+    blowing up on a whole model) ends with that reason instead of starving the run (0 where
+    the size cannot be read: no limit)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):
+        return 0
 
 
 def _reason_key(candidate: CandidatePartition) -> tuple[str, int]:

@@ -24,6 +24,8 @@ import faulthandler
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 from typing import IO, Any
 
@@ -34,12 +36,53 @@ from collage_mlir.cost.timing import summarize, time_kernel
 from collage_mlir.dialects.func import find_function
 from collage_mlir.tensors import compare, make_inputs
 
+CHECKED_CALLS = 2
+"""Calls checked against the reference, each on its own inputs, before timing."""
+MEMORY_EXIT = 86
+"""Exit status of a worker that went over its memory limit (the reason is on stderr)."""
+
+
+class Watchdog(threading.Thread):
+    """Ends the worker when its parent is gone (a hung kernel must not outlive the run that
+    started it) or when its resident memory passes `limit_bytes` (0: no limit), saying so
+    on stderr, where the parent reads the reason."""
+
+    def __init__(self, period_s: float = 0.05) -> None:
+        super().__init__(name="collage-watchdog", daemon=True)
+        self.parent = os.getppid()
+        self.limit_bytes = 0
+        self.period_s = period_s
+
+    def run(self) -> None:
+        while True:
+            if os.getppid() != self.parent:
+                os._exit(0)
+            if self.limit_bytes:
+                rss = resident_bytes()
+                if rss > self.limit_bytes:
+                    sys.stderr.write(f"collage worker: memory limit exceeded: resident "
+                                     f"{rss / 2**30:.2f} GiB > {self.limit_bytes / 2**30:.2f} "
+                                     "GiB\n")
+                    sys.stderr.flush()
+                    os._exit(MEMORY_EXIT)
+            time.sleep(self.period_s)
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 class Worker:
     """State of one worker process: its backend, the reference, the settings."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], watchdog: Watchdog | None = None) -> None:
         self.out = out
+        self.watchdog = watchdog
         self.backend: Any = None
         self.reference: Any = None
         self.settings = MeasureSettings()
@@ -50,6 +93,8 @@ class Worker:
 
     def init(self, msg: dict[str, Any]) -> None:
         self.settings = MeasureSettings(**(msg.get("settings") or {}))
+        if self.watchdog is not None:
+            self.watchdog.limit_bytes = int(msg.get("memory_limit") or 0)
         self.backend = load_backend(msg["backend"])
         reference_error = None
         if msg.get("reference"):
@@ -86,7 +131,9 @@ class Worker:
         self.send(event="done")
 
     def measure_one(self, module: Any, kernel: Any) -> dict[str, Any]:
-        """Compile (unless batch-compiled), check against the reference, time. Never raises."""
+        """Compile (unless batch-compiled), check against the reference on CHECKED_CALLS
+        calls with different inputs (a kernel right on its first call only is wrong), time.
+        Never raises."""
         if isinstance(module, Exception):
             return {"status": "error", "error": f"region does not parse: {module}"}
         try:
@@ -97,35 +144,48 @@ class Worker:
         except Exception as e:
             return {"status": "invalid", "error": f"compile failed: {_one_line(e)}"}
         try:
-            inputs = make_inputs(find_function(module))
+            fn = find_function(module)
+            input_sets = [make_inputs(fn, variant=k) for k in range(CHECKED_CALLS)]
         except Exception as e:
             return {"status": "error", "error": f"no inputs: {_one_line(e)}"}
         try:
-            outputs = [np.array(o, copy=True) for o in kernel.run(inputs)]
+            outputs = [[np.array(o, copy=True) for o in kernel.run(x)] for x in input_sets]
         except Exception as e:
             return {"status": "invalid", "error": f"run failed: {_one_line(e)}"}
-        note = ""
-        reference = self._reference_outputs(module, inputs)
-        if isinstance(reference, str):
-            note = f"unchecked: {reference}"
-        else:
-            wrong = compare(outputs, reference, self.settings)
-            if wrong:
-                return {"status": "invalid", "error": wrong}
+        note, wrong = self._check(module, input_sets, outputs)
+        if wrong:
+            return {"status": "invalid", "error": wrong}
         try:
-            times = time_kernel(kernel, inputs, self.settings)
+            times = time_kernel(kernel, input_sets[0], self.settings)
         except Exception as e:
             return {"status": "invalid", "error": f"run failed: {_one_line(e)}"}
         return {"status": "ok", "error": note, **summarize(times)}
 
-    def _reference_outputs(self, module: Any, inputs: list[np.ndarray]) -> list | str:
-        """The reference backend's outputs, or a string saying why there are none."""
+    def _check(self, module: Any, input_sets: list[list[np.ndarray]],
+               outputs: list[list[np.ndarray]]) -> tuple[str, str | None]:
+        """(note, why the outputs are wrong or None): each call's outputs against the
+        reference backend's on the same inputs; unchecked (with a note) without one."""
+        reference = self._reference_kernel(module)
+        if isinstance(reference, str):
+            return f"unchecked: {reference}", None
+        for k, (inputs, got) in enumerate(zip(input_sets, outputs, strict=True)):
+            try:
+                want = [np.array(o) for o in reference.run(inputs)]
+            except Exception as e:
+                return f"unchecked: reference failed: {_one_line(e)}", None
+            wrong = compare(got, want, self.settings)
+            if wrong:
+                return "", wrong if k == 0 else f"{wrong} (call {k + 1}, on other inputs)"
+        return "", None
+
+    def _reference_kernel(self, module: Any) -> Any:
+        """The reference backend's kernel for `module`, or a string saying why there is none."""
         if self.reference is None:
             return "no reference backend"
         if self.reference.name == self.backend.name:
             return "this backend is the reference"
         try:
-            return [np.array(o) for o in self.reference.compile(module).run(inputs)]
+            return self.reference.compile(module)
         except Exception as e:
             return f"reference failed: {_one_line(e)}"
 
@@ -156,7 +216,9 @@ def main() -> int:
     faulthandler.enable()  # a segfault leaves "Fatal Python error: …" for the parent's reason
     extra = os.environ.get(SYS_PATH_ENV, "")
     sys.path[:0] = [p for p in extra.split(os.pathsep) if p]
-    worker = Worker(_private_stdout())
+    watchdog = Watchdog()
+    watchdog.start()
+    worker = Worker(_private_stdout(), watchdog)
     handlers = {"init": worker.init, "measure": worker.measure, "transition": worker.transition}
     for line in sys.stdin:
         msg = json.loads(line)

@@ -9,7 +9,7 @@ as its `mode` says:
 - `hang`: sleeps for an hour while running;
 - `wrong`: returns outputs off by 0.5;
 - `stale`: right on its first call, then returns that call's outputs whatever the inputs;
-- `leak`: keeps 64 MiB more memory on every call;
+- `leak`: keeps 256 MiB more memory on every call;
 - `compile_error`: raises while compiling.
 They are loaded by path ("fault_backend:FaultInjectingBackend"); nothing in the product
 imports them.
@@ -111,7 +111,7 @@ class _FaultyKernel(NumpyKernel):
         elif self.mode == "hang":
             time.sleep(3600)
         elif self.mode == "leak":
-            self.kept.append(np.ones(64 << 18, np.float32))  # touched, so resident
+            self.kept.append(np.ones(256 << 18, np.float32))  # touched, so resident
         if self.mode == "stale" and self.first is not None:
             return [o.copy() for o in self.first]
         outputs = super().run(inputs)

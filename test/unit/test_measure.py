@@ -7,6 +7,7 @@ installed as an entry point would be); the real backends are not needed.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,11 +71,15 @@ def estimator(tmp_path, backends, **kw) -> MeasuringEstimator:
     ("abort", "SIGABRT"),
     ("hang", "timed out after 3 s"),
     ("wrong", "wrong numbers: max abs err 0.5"),
+    ("stale", "(call 2, on other inputs)"),
+    ("leak", "memory limit exceeded"),
     ("compile_error", "compile failed: RuntimeError: injected"),
 ])
 def test_fault_costs_one_candidate(tmp_path, graph, mode, reason):
     timeout = 3 if mode == "hang" else 20
-    with estimator(tmp_path, {FAULT: {"mode": mode, "on": "Relu"}}, timeout_s=timeout) as est:
+    memory = 1 << 30 if mode == "leak" else None
+    with estimator(tmp_path, {FAULT: {"mode": mode, "on": "Relu"}}, timeout_s=timeout,
+                   worker_memory_bytes=memory) as est:
         cands = single_op(graph, "fault")
         costs = est.estimate(cands)
         types = [graph.nodes[c.sub_graph.first].op_type for c in cands]
@@ -350,3 +355,53 @@ def test_a_backend_failing_every_candidate_leaves_the_model_to_the_others(tmp_pa
                    if k.backend == "fault")
         picked = search(graph, cands, costs, reason=est.reason)
         assert {c.candidate.backend for c in picked.choices} == {"numpy_test"}
+
+
+def test_a_hung_worker_dies_with_its_parent(tmp_path):
+    """A worker stuck in a kernel must not outlive the run that started it: kill the parent
+    (SIGKILL, no clean-up) and the worker ends by itself."""
+    import signal
+    import time
+
+    parent = tmp_path / "parent.py"
+    parent.write_text(f"""
+import sys
+from collage_mlir.cost.client import Item, WorkerClient, WorkerConfig
+from collage_mlir.cost.key import module_text
+from collage_mlir.importer import import_onnx
+import onnx.parser
+from collage_mlir.dialects.func import find_function
+from collage_mlir.graph import DataflowGraph, SubGraph
+module = import_onnx(onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x) => (float[4] y) {{ y = Relu(x) }}'''))
+graph = DataflowGraph(find_function(module), owner=module)
+relu = next(n for n in graph.op_nodes() if n.op_type == "Relu")
+region = SubGraph(graph, 1 << relu.index).extract("r")
+client = WorkerClient(WorkerConfig(
+    backend={{"target": "{FAULT}", "options": {{"mode": "hang", "on": "Relu"}}}},
+    sys_path=[{str(HERE)!r}], timeout_s=600))
+client.start()
+print(client.proc.pid, flush=True)
+client.measure([Item("r", module_text(region))], False, lambda i, r: None)
+""")
+    proc = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())
+    time.sleep(2)  # the worker is inside the hanging kernel by now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
