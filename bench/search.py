@@ -14,9 +14,8 @@ import os
 import random
 import time
 
-from collage_mlir.candidate import CandidatePartition
+from collage_mlir.candidate import HOST, CandidatePartition
 from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
-from collage_mlir.candidate import HOST
 from collage_mlir.search.search import search
 
 
