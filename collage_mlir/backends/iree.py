@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ SMALL_CONSTANT = 16
 """Constant operands up to this many elements are part of an op signature (shapes, axes)."""
 
 _FUNC = re.compile(r"func\.func @([\w$.-]+)")
-_ERROR_LINE = re.compile(r"<stdin>:(\d+):\d+: error:")
+_ERROR_LINE = re.compile(r"regions\.mlir:(\d+):\d+: error:")
 _OP_NAME = re.compile(r'name = "(onnx\.\w+)"')
 _DIMS = re.compile(r"\[([-?\d,]*)\]")
 _support: dict[str, bool] = {}
@@ -85,20 +86,34 @@ def _constant_text(producer: Node, value: ir.Value) -> str:
     return str(value.type)
 
 
-def _compile(text: str, flags: Sequence[str]) -> bytes:
+def _compile(module: ir.Module, flags: Sequence[str], work: Path) -> Path:
+    """Compile `module` with iree-compile through files in `work` (`regions.mlir` in,
+    `regions.vmfb` out). Files, not strings: a model's weights would otherwise be held as hex
+    text, encoded again for the tool's stdin and returned through its stdout (about five
+    copies of the weights at once in this process)."""
     import iree.compiler as ic
 
-    return ic.compile_str(text, target_backends=["llvm-cpu"], input_type="onnx",
-                          extra_args=list(flags))
+    source, output = work / "regions.mlir", work / "regions.vmfb"
+    with open(source, "w") as f:
+        module.operation.print(file=f)
+    ic.compile_file(str(source), output_file=str(output), target_backends=["llvm-cpu"],
+                    input_type="onnx", extra_args=list(flags))
+    return output
 
 
-def _failed_functions(text: str, names: list[str], error: str) -> set[int]:
-    """Indices of the functions in `text` that the `<stdin>:LINE:` errors point into."""
+def _failed_functions(work: Path, names: list[str], error: str) -> set[int]:
+    """Indices of the functions of `work/regions.mlir` that the `regions.mlir:LINE:COL:
+    error:` lines of `error` point into."""
     starts = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        m = _FUNC.search(line)
-        if m and m.group(1) in names:
-            starts.append((lineno, names.index(m.group(1))))
+    source = work / "regions.mlir"
+    if source.exists():
+        with open(source) as f:
+            for lineno, line in enumerate(f, 1):
+                if line.startswith("{-#"):  # the resource section: whole blobs per line
+                    break
+                m = _FUNC.search(line)
+                if m and m.group(1) in names:
+                    starts.append((lineno, names.index(m.group(1))))
     bad: set[int] = set()
     for m in _ERROR_LINE.finditer(error):
         line = int(m.group(1))
@@ -113,24 +128,32 @@ def _accepts(probes: dict[str, ir.Module], sigs: list[str]) -> None:
     compile; functions the errors point at are dropped and the rest retried (halving when
     the errors cannot be placed)."""
     while sigs:
-        text, names = combine([probes[s] for s in sigs], "probe")
+        bad = _input_conversion_failures([probes[s] for s in sigs])
+        if bad is None:
+            _support.update((s, True) for s in sigs)
+            return
+        if len(sigs) == 1:
+            _support[sigs[0]] = False
+            return
+        if not bad:
+            half = len(sigs) // 2
+            _accepts(probes, sigs[:half])
+            _accepts(probes, sigs[half:])
+            return
+        _support.update((sigs[k], False) for k in bad)
+        sigs = [s for k, s in enumerate(sigs) if k not in bad]
+
+
+def _input_conversion_failures(modules: list[ir.Module]) -> set[int] | None:
+    """None when IREE's input conversion takes every module in one compile; else the indices
+    of the modules its errors point at (empty when they cannot be placed)."""
+    combined, names = combine(modules, "probe")
+    with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
         try:
-            _compile(text, ["--compile-to=input"])
+            _compile(combined, ["--compile-to=input"], Path(work))
         except Exception as e:
-            if len(sigs) == 1:
-                _support[sigs[0]] = False
-                return
-            bad = _failed_functions(text, names, str(e))
-            if not bad:
-                half = len(sigs) // 2
-                _accepts(probes, sigs[:half])
-                _accepts(probes, sigs[half:])
-                return
-            _support.update((sigs[k], False) for k in bad)
-            sigs = [s for k, s in enumerate(sigs) if k not in bad]
-            continue
-        _support.update((s, True) for s in sigs)
-        return
+            return _failed_functions(Path(work), names, str(e))
+    return None
 
 
 def iree_capability(graph: DataflowGraph) -> int:
@@ -158,8 +181,9 @@ def _only_function(module: ir.Module) -> ir.Operation:
     return funcs[0]
 
 
-def combine(modules: Sequence[ir.Module], prefix: str = "collage_region") -> tuple[str, list[str]]:
-    """One module text holding every region's function, renamed `prefix_k`."""
+def combine(modules: Sequence[ir.Module], prefix: str = "collage_region"
+            ) -> tuple[ir.Module, list[str]]:
+    """One module holding every region's function, renamed `prefix_k`."""
     names = [f"{prefix}_{k}" for k in range(len(modules))]
     ctx = _only_function(modules[0]).context
     with ctx, ir.Location.unknown():
@@ -170,7 +194,7 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region") -> tup
                 module = ir.Module.parse(str(module), ctx)
             clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))
             clone.attributes["sym_name"] = ir.StringAttr.get(name)
-    return str(combined), names
+    return combined, names
 
 
 # -- runtime ----------------------------------------------------------------------------
@@ -191,12 +215,14 @@ class IreeKernel(Kernel):
     """One function of a loaded vmfb (several kernels may share one context).
 
     Inputs are passed by value each call; outputs are host numpy arrays owned by the caller.
+    `vmfb` is the (possibly shared) compiled module, mapped from its file: what
+    `save_kernel` writes.
     """
 
-    def __init__(self, context: Any, fn_name: str, vmfb: bytes = b"") -> None:
+    def __init__(self, context: Any, fn_name: str, vmfb: Any) -> None:
         self.context = context
         self.fn_name = fn_name
-        self.vmfb = vmfb  # the (possibly shared) compiled module: what `save_kernel` writes
+        self.vmfb = vmfb
         self._fn = context.modules.module[fn_name]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -243,13 +269,16 @@ class IreeBackend(Backend):
     def capability(self, graph: DataflowGraph) -> int:
         return iree_capability(graph)
 
-    def _load(self, vmfb: bytes) -> Any:
+    def _load(self, vmfb_path: Path) -> tuple[Any, Any]:
+        """(a context running the vmfb at `vmfb_path`, the vmfb's bytes): the file is mapped,
+        not read, and may be deleted once this returns."""
         import iree.runtime as rt
 
         config = _runtime_config(self.threads)
         context = rt.SystemContext(config=config)
-        context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
-        return context
+        module = rt.VmModule.mmap(context.instance, str(vmfb_path))
+        context.add_vm_module(module)
+        return context, module.stashed_flatbuffer_blob
 
     def compile(self, module: ir.Module) -> Kernel:
         result = self.compile_many([module])[0]
@@ -263,33 +292,43 @@ class IreeBackend(Backend):
         results: list[Kernel | Exception | None] = [None] * len(modules)
         pending = list(range(len(modules)))
         while pending:
-            text, names = "", []
             try:
-                text, names = combine([modules[i] for i in pending])
-                vmfb = _compile(text, self.flags)
-                context = self._load(vmfb)
-            except Exception as e:
+                context, vmfb, names = self._compile_joint([modules[i] for i in pending])
+            except _JointFailure as failure:
                 if len(pending) == 1:
-                    results[pending[0]] = _short(e)
+                    results[pending[0]] = _short(failure.error)
                     break
-                bad = _failed_functions(text, names, str(e))
-                if not bad:
+                if not failure.bad:
                     for i in pending:
                         results[i] = self.compile_many([modules[i]])[0]
                     break
-                for k in bad:
-                    results[pending[k]] = _short(e)
-                pending = [i for k, i in enumerate(pending) if k not in bad]
+                for k in failure.bad:
+                    results[pending[k]] = _short(failure.error)
+                pending = [i for k, i in enumerate(pending) if k not in failure.bad]
                 continue
             for i, name in zip(pending, names, strict=True):
                 results[i] = IreeKernel(context, name, vmfb)
             break
         return [r if r is not None else RuntimeError("not compiled") for r in results]
 
+    def _compile_joint(self, modules: Sequence[ir.Module]) -> tuple[Any, Any, list[str]]:
+        """(context, vmfb, function names) of one compile of all `modules`, or a
+        `_JointFailure` naming the modules its errors point at."""
+        with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
+            names: list[str] = []
+            try:
+                combined, names = combine(modules)
+                context, vmfb = self._load(_compile(combined, self.flags, Path(work)))
+            except Exception as e:
+                bad = _failed_functions(Path(work), names, str(e)) if len(names) > 1 else set()
+                raise _JointFailure(e, bad) from e
+        return context, vmfb, names
+
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
         """The .vmfb (written once per distinct content when regions share one) and a small
         JSON naming the function inside it."""
-        vmfb_path = Path(stem).with_name(f"iree_{hashlib.sha1(kernel.vmfb).hexdigest()[:16]}.vmfb")
+        digest = hashlib.sha1(kernel.vmfb).hexdigest()[:16]
+        vmfb_path = Path(stem).with_name(f"iree_{digest}.vmfb")
         if not vmfb_path.exists():
             vmfb_path.write_bytes(kernel.vmfb)
         ref = Path(stem + ".iree.json")
@@ -300,13 +339,20 @@ class IreeBackend(Backend):
         ref = json.loads(Path(stem + ".iree.json").read_text())
         vmfb_path = Path(stem).with_name(ref["vmfb"])
         if vmfb_path not in self._loaded:  # regions sharing a vmfb share one context
-            vmfb = vmfb_path.read_bytes()
-            self._loaded[vmfb_path] = (self._load(vmfb), vmfb)
+            self._loaded[vmfb_path] = self._load(vmfb_path)
         context, vmfb = self._loaded[vmfb_path]
         return IreeKernel(context, ref["function"], vmfb)
 
     def cache_options(self) -> str:
         return f"threads={self.threads},flags={' '.join(self.flags)}"
+
+
+class _JointFailure(Exception):
+    """A joint compile failed with `error`; `bad` are the indices its errors point at."""
+
+    def __init__(self, error: Exception, bad: set[int]) -> None:
+        super().__init__(str(error))
+        self.error, self.bad = error, bad
 
 
 def _short(error: Exception) -> Exception:

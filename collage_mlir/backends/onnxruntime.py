@@ -102,9 +102,8 @@ class OrtKernel(Kernel):
     in-place updates of the same array are seen by the next run. Outputs are fresh arrays.
     """
 
-    def __init__(self, session: Any, model_bytes: bytes = b"") -> None:
+    def __init__(self, session: Any) -> None:
         self.session = session
-        self.model_bytes = model_bytes  # the exported region: what `save_kernel` writes
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
         self._binding = session.io_binding()
@@ -166,22 +165,25 @@ class OnnxRuntimeBackend(Backend):
     def compile(self, module: ir.Module) -> Kernel:
         return self._session(export_function(module).SerializeToString())
 
-    def _session(self, model_bytes: bytes) -> OrtKernel:
+    def _session(self, model: bytes | str) -> OrtKernel:
+        """A kernel over the ONNX model given as bytes or a file path. The session holds the
+        only copy of the weights: the model bytes are not kept (a whole model's weights
+        would be held twice for as long as the kernel lives)."""
         import onnxruntime as ort
 
-        session = ort.InferenceSession(model_bytes, session_options(self.threads, self.optimize),
+        session = ort.InferenceSession(model, session_options(self.threads, self.optimize),
                                        providers=[PROVIDER])
-        return OrtKernel(session, model_bytes)
+        return OrtKernel(session)
 
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
-        """The region as the ONNX model the session was built from (onnxruntime's own
-        optimizations run again at load, in milliseconds)."""
+        """The region exported again as the ONNX model the session was built from
+        (onnxruntime's own optimizations run again at load, in milliseconds)."""
         path = Path(stem + ".onnx")
-        path.write_bytes(kernel.model_bytes)
+        path.write_bytes(export_function(module).SerializeToString())
         return [str(path)]
 
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
-        return self._session(Path(stem + ".onnx").read_bytes())
+        return self._session(stem + ".onnx")
 
     def cache_options(self) -> str:
         return f"threads={self.threads},optimize={int(self.optimize)}"

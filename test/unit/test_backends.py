@@ -9,6 +9,7 @@ import onnx.parser
 import pytest
 from conftest import light_model_path
 
+from collage_mlir.backends import iree as iree_backend
 from collage_mlir.backends.base import Backend, BackendKind
 from collage_mlir.backends.iree import IreeBackend, op_signature
 from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
@@ -166,8 +167,12 @@ def test_op_signature_abstracts_sizes_but_not_attributes() -> None:
     assert len({sig[0], sig[2], sig[3]}) == 3
 
 
-def test_iree_compile_many_isolates_a_bad_region() -> None:
+def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     backend = _backend("iree")
+    calls = []
+    real = iree_backend._compile
+    monkeypatch.setattr(iree_backend, "_compile",
+                        lambda *a: (calls.append(a), real(*a))[1])
     good = _graph(SMALL)
     bad = _graph(SMALL, opset=9)  # MaxPool at opset 9: IREE's input conversion refuses it
     pool = next(n for n in bad.op_nodes() if n.op_type == "MaxPool")
@@ -177,6 +182,7 @@ def test_iree_compile_many_isolates_a_bad_region() -> None:
                SubGraph(good, good.op_bits).extract("r2")]
     k0, k1, k2 = backend.compile_many(modules)
     assert isinstance(k1, Exception) and "MaxPool" in str(k1)
+    assert len(calls) == 2  # the error was placed: the other two compiled together at once
     x = np.random.default_rng(2).standard_normal((1, 4, 6)).astype(np.float32)
     np.testing.assert_allclose(k0.run([x])[0], np.maximum(x, 0))
     (want,) = OnnxRuntimeBackend().compile(modules[2]).run([x])
