@@ -22,7 +22,7 @@ from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_MAX_EXITS, annotate
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.passes.common import stamp_nodes
-from collage_mlir.passes.registry import CollagePass, register
+from collage_mlir.passes.registry import CollagePass, option, register
 from collage_mlir.rules.serialize import candidates_to_attr, summary
 
 
@@ -32,11 +32,14 @@ class AnnotatePass(CollagePass):
     name = "collage-annotate"
     summary = "find candidate partitions per backend; write collage.node and collage.candidates"
 
-    backends: tuple[str, ...] = ()
-    max_depth: int | None = DEFAULT_MAX_DEPTH
-    max_exits: int = DEFAULT_MAX_EXITS
-    allow_taps: bool = False
-    print_summary: bool = False
+    backends: tuple[str, ...] = option((), "backends to find candidates for (required)")
+    max_depth: int | None = option(DEFAULT_MAX_DEPTH, "most ops on a path through a candidate "
+                                   "(none: unlimited; a backend's maximal regions are kept "
+                                   "whatever their depth)")
+    max_exits: int = option(DEFAULT_MAX_EXITS, "most ops whose results leave a candidate")
+    allow_taps: bool = option(False, "allow an op whose result leaves a candidate to feed "
+                              "ops inside it too")
+    print_summary: bool = option(False, "print candidate counts per backend and rule to stderr")
 
     def run_on_module(self, module: ir.Operation) -> None:
         if not self.backends:

@@ -4,7 +4,8 @@ typed options.
 A pass is a frozen dataclass subclassing `CollagePass` with a class attribute `name` (its
 pipeline argument) and fields as options. `collage-annotate{backends=a,b max-depth=3}` sets
 `backends=("a", "b")` and `max_depth=3`; options may be separated by spaces (MLIR style) or
-commas, and a bare word after a list option extends the list.
+commas, and a bare word after a list option extends the list. Declare each option with
+`option(default, help)`: `collage-opt --list-passes` shows its type, default and help.
 """
 
 from __future__ import annotations
@@ -44,6 +45,54 @@ class CollagePass:
     @classmethod
     def option_names(cls) -> list[str]:
         return [f.name.replace("_", "-") for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def options(cls) -> list[OptionInfo]:
+        """Each option as `--list-passes` shows it, read from the dataclass fields (type,
+        default) and their `option(...)` help, so the listing cannot drift from the pass."""
+        hints = typing.get_type_hints(cls)
+        return [OptionInfo(f.name.replace("_", "-"), type_name(hints[f.name]),
+                           _default_text(f.default), f.metadata.get("help", ""))
+                for f in dataclasses.fields(cls)]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionInfo:
+    """One pass option for people: `name=<type>`, its default and what it means."""
+
+    name: str
+    type: str
+    default: str
+    help: str
+
+
+def option(default: Any, help: str) -> Any:
+    """A pass option: a dataclass field with its default and its one-line meaning (shown by
+    `collage-opt --list-passes`)."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def type_name(hint: Any) -> str:
+    """How an option's value is spelled: `int`, `int|none`, `true|false`, `str,...`."""
+    if _is_list(hint):
+        (item,) = set(typing.get_args(hint)) - {Ellipsis}
+        return f"{type_name(item)},..."
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return "|".join("none" if a is type(None) else type_name(a)
+                        for a in typing.get_args(hint))
+    if hint is bool:
+        return "true|false"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "empty"
+    return str(value) if value != "" else "empty"
 
 
 def register(cls: type[CollagePass]) -> type[CollagePass]:
@@ -93,11 +142,20 @@ def _parse_options(cls: type[CollagePass], text: str) -> dict[str, Any]:
                                    f" (options: {known})")
             raw[key] = [value] if value else []
             last = key
+        elif token.replace("-", "_") in fields:  # an option name without '=value'
+            raise _needs_value(cls.name, token.replace("-", "_"), hints)
         elif last is not None and _is_list(hints[last]):
             raw[last].append(token)
         else:
             raise CollageError(f"pass '{cls.name}': cannot parse option text '{token}'")
     return {k: _convert(cls.name, k, hints[k], v) for k, v in raw.items()}
+
+
+def _needs_value(pass_name: str, key: str, hints: dict[str, Any]) -> CollageError:
+    """The error for an option given without a value (`{max-depth}`, `{max-depth=}`)."""
+    option = key.replace("_", "-")
+    return CollageError(f"pass '{pass_name}': option '{option}' needs a value "
+                        f"({option}=<{type_name(hints[key])}>)")
 
 
 def _is_list(hint: Any) -> bool:
@@ -109,6 +167,8 @@ def _convert(pass_name: str, key: str, hint: Any, values: list[str]) -> Any:
     if _is_list(hint):
         (item,) = set(typing.get_args(hint)) - {Ellipsis}
         return tuple(_scalar(pass_name, option, item, v) for v in values)
+    if not values:
+        raise _needs_value(pass_name, key, {key: hint})
     if len(values) != 1:
         raise CollageError(f"pass '{pass_name}': option '{option}' takes one value")
     return _scalar(pass_name, option, hint, values[0])

@@ -24,7 +24,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.driver import choose, make_estimator
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
-from collage_mlir.passes.registry import CollagePass, register
+from collage_mlir.passes.registry import CollagePass, option, register
 from collage_mlir.placement import Placement
 from collage_mlir.rules.serialize import candidates_from_attr
 from collage_mlir.search import Partitioning
@@ -38,11 +38,15 @@ class SearchPass(CollagePass):
     name = "collage-search"
     summary = "pick the least-cost cover from collage.candidates (cost=measure|table:FILE)"
 
-    cost: str = "measure"
-    cache: str = ""
-    backends: tuple[str, ...] = ()
-    unknown: str = "raise"
-    placement: str = ""
+    cost: str = option("measure", "'measure' (time candidates on the real backends) or "
+                       "'table:FILE' (a JSON cost table, see collage_mlir/cost/table.py)")
+    cache: str = option("", "measurement cache file; empty: $COLLAGE_CACHE, else "
+                        "~/.cache/collage_mlir/cache.sqlite")
+    backends: tuple[str, ...] = option((), "backends to measure on; empty: those the "
+                                       "candidates name")
+    unknown: str = option("raise", "a candidate the estimator cannot cost: 'raise' fails, "
+                          "'invalid' leaves it out")
+    placement: str = option("", "JSON placement file pinning or excluding backends per op")
 
     def run_on_module(self, module: ir.Operation) -> None:
         if self.unknown not in UNKNOWN_POLICIES:

@@ -17,7 +17,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, SubGraphConfig, bits_of
 from collage_mlir.graph.outline import Region, outline
 from collage_mlir.passes.common import stamp_nodes
-from collage_mlir.passes.registry import CollagePass, register
+from collage_mlir.passes.registry import CollagePass, option, register
 
 
 @register
@@ -26,10 +26,11 @@ class TestExtractPass(CollagePass):
     name = "collage-test-extract"
     summary = "outline the SubGraph `nodes` when valid (tests only)"
 
-    nodes: tuple[int, ...] = ()
-    max_exits: int = 1
-    allow_taps: bool = False
-    max_depth: int | None = None
+    nodes: tuple[int, ...] = option((), "post-dfs indices of the nodes to outline")
+    max_exits: int = option(1, "most ops whose results leave the SubGraph")
+    allow_taps: bool = option(False, "allow an op whose result leaves the SubGraph to feed "
+                              "ops inside it too")
+    max_depth: int | None = option(None, "most ops on a path through it (none: unlimited)")
 
     def run_on_module(self, module: ir.Operation) -> None:
         config = SubGraphConfig(self.max_exits, self.allow_taps, self.max_depth)

@@ -36,10 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_passes(out: TextIO) -> None:
+    """Each pass, its summary, then one line per option: `name=<type>`, meaning, default."""
     for name in pass_names():
         cls = get_pass_class(name)
-        opts = ", ".join(cls.option_names()) if cls else ""
-        out.write(f"{name}{{{opts}}}  {cls.summary if cls else ''}\n")
+        out.write(f"{name}  {cls.summary}\n")
+        spelled = [(f"{o.name}=<{o.type}>", o) for o in cls.options()]
+        width = max((len(s) for s, _ in spelled), default=0)
+        for s, o in spelled:
+            out.write(f"    {s.ljust(width)}  {o.help} (default: {o.default})\n")
 
 
 def process(text: str, label: str, pipeline: Pipeline | None) -> str:

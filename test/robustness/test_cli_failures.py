@@ -201,6 +201,17 @@ def test_collage_opt_negative_max_depth(work) -> None:  # item 11
     one_line_error(r, "max-depth")
 
 
+@pytest.mark.parametrize("options", ["backends=onnxruntime max-depth",
+                                     "max-depth backends=onnxruntime",
+                                     "backends=onnxruntime,max-depth",
+                                     "backends=onnxruntime max-depth="])
+def test_pass_option_without_a_value(work, options) -> None:  # item 11
+    r = cli(str(work / "m.onnx"), "--pass-pipeline",
+            f"builtin.module(collage-annotate{{{options}}})", tool="collage-opt")
+    line = one_line_error(r, "option 'max-depth' needs a value (max-depth=<int|none>)")
+    assert "unknown backend" not in line
+
+
 def test_lossy_input_cast_is_refused_exact_one_accepted(work) -> None:  # item 11
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8))
     np.save(work / "x64.npy", x)  # float64 with more precision than float32
