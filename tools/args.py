@@ -11,10 +11,42 @@ from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import parse_input_shape
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every command's `--help`: descriptions and epilogs as written (the cost-table
+    example keeps its lines), and each option's default after its help unless the help
+    states it. An option whose default is None or empty must say in words what it means
+    (test_cli_usability checks that every option's help names its default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or action.required or action.nargs == 0
+                or action.default in (None, "", [], argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def add_input_shape_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="static shape for a dynamic model input, e.g. input=1x3x224x224 "
-                        "(repeatable; only for .onnx models)")
+                        "(repeatable; only for .onnx models; default: the model's shapes)")
+
+
+def add_backends_argument(p: argparse.ArgumentParser, extra: str = "") -> None:
+    """`--backends`, the same for every command: names, default every available one."""
+    p.add_argument("--backends", default="", metavar="NAME,...",
+                   help=f"comma-separated backend names{extra} (default: every backend "
+                        "installed and usable here)")
+
+
+def backend_names(args: argparse.Namespace) -> list[str] | None:
+    """The `--backends` list; None when none was given (every available backend)."""
+    return [b.strip() for b in args.backends.split(",") if b.strip()] or None
+
+
+def add_cache_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache", default=None, metavar="PATH",
+                   help="measurement cache file (default: $COLLAGE_CACHE, else "
+                        "~/.cache/collage_mlir/cache.sqlite)")
 
 
 def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:

@@ -28,13 +28,16 @@ def _module(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collage-mlir",
+    from collage_mlir.tools.args import HelpFormatter
+
+    parser = argparse.ArgumentParser(prog="collage-mlir", formatter_class=HelpFormatter,
                                      description="Collage on MLIR: mix inference backends.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in COMMANDS.items():
         module = _module(name)
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=HelpFormatter)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser

@@ -10,7 +10,7 @@ from collage_mlir.tools.args import add_input_shape_argument, check_output_file,
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("-o", "--output", default="-", help="output .mlir (- = stdout)")
+    p.add_argument("-o", "--output", default="-", help="output .mlir file (default: -, stdout)")
     add_input_shape_argument(p)
 
 

@@ -1,4 +1,4 @@
-"""collage-mlir measure model.onnx --backends onnxruntime,openvino,iree [--cache PATH]
+"""collage-mlir measure model.onnx [--backends onnxruntime,openvino,iree] [--cache PATH]
 
 Measures every single-op candidate (one SubGraph per op node, on each backend whose
 capability includes it) and prints one row per distinct region: identical ops (same cache
@@ -15,24 +15,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
-from collage_mlir.tools.args import add_input_shape_argument, input_shapes, positive_float
-
-DEFAULT_BACKENDS = "onnxruntime,openvino,iree"
+from collage_mlir.tools.args import (
+    add_backends_argument,
+    add_cache_argument,
+    add_input_shape_argument,
+    backend_names,
+    input_shapes,
+    positive_float,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model (.onnx) or ONNX-in-MLIR module (.mlir)")
-    p.add_argument("--backends", default=DEFAULT_BACKENDS,
-                   help=f"comma-separated backend names or module:Class paths "
-                        f"(default {DEFAULT_BACKENDS})")
-    p.add_argument("--cache", default=None,
-                   help="cache file (default $COLLAGE_CACHE or ~/.cache/collage_mlir/cache.sqlite)")
+    add_backends_argument(p, extra=" or module:Class paths")
+    add_cache_argument(p)
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds one region may take to compile, check and time (default 60)")
     p.add_argument("--budget", type=positive_float, default=1.0,
                    help="seconds of timing per kernel at most (default 1)")
     p.add_argument("--reference", default="onnxruntime",
-                   help="backend every kernel's numbers are checked against ('none': unchecked)")
+                   help="backend every kernel's numbers are checked against ('none': "
+                        "unchecked)")
     p.add_argument("--transitions", action="store_true",
                    help="also measure (or show cached) hand-off costs between the backends")
     p.add_argument("--all", action="store_true", help="one row per op node, not per region")
@@ -93,15 +96,16 @@ def print_table(rows: list[tuple[str, str, int, dict[str, float]]], backends: Se
 
 
 def run(args: argparse.Namespace) -> int:
+    from collage_mlir.backends.registry import available_backends
     from collage_mlir.candidate import CandidatePartition
     from collage_mlir.cost.measure import MeasuringEstimator
     from collage_mlir.cost.protocol import MeasureSettings
     from collage_mlir.graph import DataflowGraph, SubGraph
     from collage_mlir.progress import ProgressBar
 
-    targets = [b.strip() for b in args.backends.split(",") if b.strip()]
+    targets = backend_names(args) or available_backends()
     if not targets:
-        raise CollageError("--backends is empty")
+        raise CollageError("no backend is installed and usable here")
     reference = None if args.reference.lower() == "none" else args.reference
     started = time.perf_counter()
     est = MeasuringEstimator(targets, cache_path=args.cache, timeout_s=args.timeout,

@@ -4,31 +4,44 @@ from __future__ import annotations
 
 import argparse
 
+from collage_mlir.driver import DEFAULT_MAX_DEPTH
 from collage_mlir.tools.args import (
+    add_backends_argument,
+    add_cache_argument,
     add_input_shape_argument,
+    backend_names,
     check_output_dir,
     input_shapes,
     positive_int,
 )
 
 
+def cost_table_help() -> str:
+    """The `--cost table:FILE` format, for `--help`: the table estimator's own description
+    (collage_mlir/cost/table.py) from its "Format" paragraph on, so the two cannot differ."""
+    from collage_mlir.cost import table
+
+    doc = table.__doc__ or ""
+    return "--cost table:FILE reads a JSON cost table.\n" + doc[doc.find("Format"):].strip()
+
+
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by `partition` and `demo`."""
     add_input_shape_argument(p)
-    p.add_argument("--backends", default="",
-                   help="comma-separated backends (default: every available one)")
-    p.add_argument("--cache", default=None,
-                   help="measurement cache (default $COLLAGE_CACHE or "
-                        "~/.cache/collage_mlir/cache.sqlite)")
-    p.add_argument("--max-depth", type=positive_int, default=None,
-                   help="candidate depth limit (default 3)")
-    p.add_argument("--placement", default=None,
-                   help="JSON placement file pinning or excluding backends per op")
+    add_backends_argument(p)
+    add_cache_argument(p)
+    p.add_argument("--max-depth", type=positive_int, default=DEFAULT_MAX_DEPTH, metavar="N",
+                   help="most ops on a path through a candidate region")
+    p.add_argument("--placement", default=None, metavar="FILE",
+                   help="JSON placement file pinning or excluding backends per op "
+                        "(default: none, every backend may take every op)")
     p.add_argument("--cost", default="measure",
-                   help="'measure' (real backends) or 'table:FILE' (a cost table)")
+                   help="'measure' (time candidates on the real backends, cached) or "
+                        "'table:FILE' (costs from a JSON table, nothing timed; format below)")
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")
+    p.epilog = cost_table_help()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,14 +50,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(p)
 
 
-def compile_from_args(model: str, args: argparse.Namespace):
+def compile_from_args(model: str, args: argparse.Namespace,
+                      backends: list[str] | None = None):
+    """`collage_mlir.compile` with the command's options; `backends` overrides
+    `--backends` (demo resolves them first to say which it uses)."""
     import collage_mlir
 
-    backends = [b for b in args.backends.split(",") if b] or None
-    return collage_mlir.compile(model, backends=backends, cache=args.cache,
-                                max_depth=args.max_depth, placement=args.placement,
-                                cost=args.cost, progress=True, verify=args.verify,
-                                input_shapes=input_shapes(args))
+    return collage_mlir.compile(model, backends=backends or backend_names(args),
+                                cache=args.cache, max_depth=args.max_depth,
+                                placement=args.placement, cost=args.cost, progress=True,
+                                verify=args.verify, input_shapes=input_shapes(args))
 
 
 def run(args: argparse.Namespace) -> int:

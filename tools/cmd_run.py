@@ -16,12 +16,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", nargs="+", default=[],
                    help="input arrays as .npy files, in input order or as name=file.npy "
                         "(default: seeded random inputs)")
-    p.add_argument("--save-outputs", metavar="DIR", help="write each output as DIR/<name>.npy")
-    p.add_argument("--repeat", type=positive_int, default=0,
-                   help="also time N runs and print the median latency")
+    p.add_argument("--save-outputs", metavar="DIR",
+                   help="write each output as DIR/<name>.npy (default: outputs not saved)")
+    p.add_argument("--repeat", type=positive_int, default=0, metavar="N",
+                   help="also time N runs and print the median latency (default: not timed)")
     p.add_argument("--profile", type=positive_int, default=0, metavar="N",
                    help="also time each region's call over N runs and print the report with "
-                        "measured beside estimated cost")
+                        "measured beside estimated cost (default: not profiled)")
 
 
 def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:

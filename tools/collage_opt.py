@@ -17,20 +17,29 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import import_onnx, parse_mlir
 from collage_mlir.passes.pipeline import Pipeline
 from collage_mlir.passes.registry import get_pass_class, pass_names
-from collage_mlir.tools.args import add_input_shape_argument, check_output_file, input_shapes
+from collage_mlir.tools.args import (
+    HelpFormatter,
+    add_input_shape_argument,
+    check_output_file,
+    input_shapes,
+)
 from collage_mlir.tools.guard import guarded
 
 SPLIT_MARKER = "// -----"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collage-opt", description=__doc__.splitlines()[0])
-    p.add_argument("input", nargs="?", default="-", help="input .mlir or .onnx file (- = stdin)")
-    p.add_argument("-o", dest="output", default="-", help="output file (- = stdout)")
-    p.add_argument("--pass-pipeline", default="", help="textual pipeline, builtin.module(...)")
+    p = argparse.ArgumentParser(prog="collage-opt", description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("input", nargs="?", default="-",
+                   help="input .mlir or .onnx file (default: -, stdin)")
+    p.add_argument("-o", dest="output", default="-", help="output file (default: -, stdout)")
+    p.add_argument("--pass-pipeline", default="",
+                   help="textual pipeline, builtin.module(...); see --list-passes (default: "
+                        "none, the input is printed back)")
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each chunk between '{SPLIT_MARKER}' lines on its own")
-    p.add_argument("--list-passes", action="store_true", help="list the collage passes")
+    p.add_argument("--list-passes", action="store_true", help="list the collage passes with their options")
     add_input_shape_argument(p)
     return p
 
