@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     say(f"model: {args.model}")
     used, skipped = choose_backends(backend_names(args))
     say(backends_line(used, skipped))
-    say("partitioning: import, annotate, measure (or read the cache), search, outline, "
-        "compile ...")
+    say("partitioning: import, annotate, measure (or read the cache; a minute or two when "
+        "it is empty), search, outline, compile ...")
     t0 = time.perf_counter()
     model = cmd_partition.compile_from_args(args.model, args, backends=used)
     say(f"partitioned in {time.perf_counter() - t0:.1f} s\n")
