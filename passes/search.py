@@ -39,7 +39,7 @@ class SearchPass(CollagePass):
     summary = "pick the least-cost cover from collage.candidates (cost=measure|table:FILE)"
 
     cost: str = option("measure", "'measure' (time candidates on the real backends) or "
-                       "'table:FILE' (a JSON cost table, see collage_mlir/cost/table.py)")
+                       "'table:FILE' (a JSON cost table; its format: collage-opt --help)")
     cache: str = option("", "measurement cache file; empty: $COLLAGE_CACHE, else "
                         "~/.cache/collage_mlir/cache.sqlite")
     backends: tuple[str, ...] = option((), "backends to measure on; empty: those the "

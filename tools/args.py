@@ -25,6 +25,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def cost_table_format() -> str:
+    """The cost-table format for `--help`: the table estimator's own description
+    (collage_mlir/cost/table.py) from its "Format" paragraph on, so the two cannot differ."""
+    from collage_mlir.cost import table
+
+    doc = table.__doc__ or ""
+    return doc[doc.find("Format"):].strip()
+
+
 def add_input_shape_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="static shape for a dynamic model input, e.g. input=1x3x224x224 "

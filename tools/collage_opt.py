@@ -21,6 +21,7 @@ from collage_mlir.tools.args import (
     HelpFormatter,
     add_input_shape_argument,
     check_output_file,
+    cost_table_format,
     input_shapes,
 )
 from collage_mlir.tools.guard import guarded
@@ -30,7 +31,9 @@ SPLIT_MARKER = "// -----"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collage-opt", description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
+                                formatter_class=HelpFormatter,
+                                epilog="collage-search{cost=table:FILE} reads a JSON cost "
+                                       "table.\n" + cost_table_format())
     p.add_argument("input", nargs="?", default="-",
                    help="input .mlir or .onnx file (default: -, stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: -, stdout)")

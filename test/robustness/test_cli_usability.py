@@ -236,3 +236,10 @@ def test_demo_end_to_end_says_what_did_not_run(model) -> None:
     assert "control: a second, independent onnxruntime whole model" in out
     ratio = [ln for ln in out.splitlines() if ln.strip().startswith("collage (=")][-1]
     assert " of best single (" in ratio and "noise ±" in ratio, ratio
+
+
+def test_collage_opt_help_shows_the_cost_table_format() -> None:
+    r = tool("--help", name="collage-opt")
+    assert r.returncode == 0, r.stderr
+    assert "collage-search{cost=table:FILE} reads a JSON cost table" in r.stdout
+    assert '"per_op"' in r.stdout and '"transition"' in r.stdout
