@@ -13,6 +13,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.driver import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_EXITS,
+    DEFAULT_TIMEOUT_S,
     ModelInput,
     PartitionOptions,
     partition,
@@ -27,7 +28,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             cost: str = "measure", estimator: CostEstimator | None = None,
             progress: bool = False, verify: bool | None = None,
             verify_budget_s: float = 3.0,
-            input_shapes: InputShapes | None = None) -> PartitionedModel:
+            input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            measure_budget_s: float | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
     `model`: an .onnx or .mlir path, an `onnx.ModelProto` or an imported `ir.Module`.
@@ -37,11 +39,15 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     measured) times the pick end to end against the backends that could run the whole
     model for a comparable estimate and keeps the fastest (`collage_mlir.check.verify`);
     `verify_budget_s` bounds that timing. `input_shapes` (input name → dims) makes a model
-    with dynamic inputs static; the result runs on those shapes only.
+    with dynamic inputs static; the result runs on those shapes only. `timeout_s`: longest
+    one candidate may take to compile, check and time (past it the candidate is out of this
+    run, cached as a retryable timeout); `measure_budget_s`: seconds of timing per kernel at
+    most (default 1). The report lists the candidates left out, per backend and reason.
     """
     options = PartitionOptions(
         backends=backends, cache=cache,
         max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,
         max_exits=max_exits, placement=placement, cost=cost, verify=verify,
-        verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress)
+        verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
+        timeout_s=timeout_s, measure_budget_s=measure_budget_s)
     return partition(model, options, estimator)

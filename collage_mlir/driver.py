@@ -8,7 +8,9 @@ back into a later one.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ from collage_mlir.paths import user_path
 from collage_mlir.placement import Placement
 from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.model import PartitionedModel, clone_module
-from collage_mlir.runtime.report import ReportRow, summarize_op_types
+from collage_mlir.runtime.report import Rejection, ReportRow, summarize_op_types
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.search import search
 from collage_mlir.static_shapes import InputShapes
@@ -43,6 +45,7 @@ DEFAULT_MAX_DEPTH = 3
 669/1278/1828/2319 (iree 366). Each level adds about 30%; 3 takes Conv+BN+Relu and
 Conv+Add+Relu whole, and deeper groups stay reachable through the maximal regions."""
 DEFAULT_MAX_EXITS = 1
+DEFAULT_TIMEOUT_S = 60.0
 
 ModelInput = str | os.PathLike | onnx.ModelProto | ir.Module
 Say = Callable[[str], None]
@@ -62,6 +65,10 @@ class PartitionOptions:
     verify_budget_s: float = 3.0
     input_shapes: InputShapes | None = None
     progress: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """Longest one candidate may take to compile, check and time before it is a timeout."""
+    measure_budget_s: float | None = None
+    """Seconds of timing per kernel at most (None: `MeasureSettings`' default)."""
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -140,13 +147,24 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
 # -- measure --------------------------------------------------------------------------------
 
 
-def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None
+def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
+                   timeout_s: float = DEFAULT_TIMEOUT_S, measure_budget_s: float | None = None
                    ) -> CostEstimator:
-    """'measure' → the measuring estimator (real backends + cache); 'table:FILE' → a table."""
+    """'measure' → the measuring estimator (real backends + cache; `timeout_s` per
+    candidate, `measure_budget_s` of timing per kernel); 'table:FILE' → a table."""
+    if not 0 < timeout_s < math.inf:
+        raise CollageError(f"timeout {timeout_s}: must be a positive number of seconds")
+    if measure_budget_s is not None and not 0 < measure_budget_s < math.inf:
+        raise CollageError(f"measure budget {measure_budget_s}: must be a positive number "
+                           "of seconds")
     if cost == "measure":
         from collage_mlir.cost.measure import MeasuringEstimator
+        from collage_mlir.cost.protocol import MeasureSettings
 
-        return MeasuringEstimator(list(backends), cache_path=cache)
+        settings = (None if measure_budget_s is None
+                    else MeasureSettings(budget_s=measure_budget_s))
+        return MeasuringEstimator(list(backends), cache_path=cache, timeout_s=timeout_s,
+                                  settings=settings)
     if cost.startswith("table:"):
         from collage_mlir.cost.table import TableEstimator
 
@@ -172,6 +190,31 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
     if bar:
         bar.close()
     return costs
+
+
+def rejections(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+               costs: Sequence[float], estimator: CostEstimator) -> list[Rejection]:
+    """The candidates out of the search (+inf) or unknown (NaN), grouped per backend and
+    reason (numbers in the reason do not split a group), most frequent first."""
+    groups: dict[tuple[str, str], Rejection] = {}
+    for c, cost in zip(candidates, costs, strict=True):
+        if not (math.isinf(cost) or math.isnan(cost)):
+            continue
+        reason = estimator.reason(c) or ("unknown cost" if math.isnan(cost) else "invalid")
+        g = groups.setdefault((c.backend, _reason_group(reason)),
+                              Rejection(c.backend, reason.splitlines()[0]))
+        g.count += 1
+        for i in c.sub_graph.nodes:
+            t = graph.nodes[i].op_type
+            if t not in g.op_types:
+                g.op_types.append(t)
+    return sorted(groups.values(), key=lambda g: (g.backend, -g.count, g.reason))
+
+
+def _reason_group(reason: str) -> str:
+    """A reason with its numbers blanked: "wrong numbers: max abs err 0.5" and "… 0.7" are
+    one group."""
+    return re.sub(r"\d+(\.\d+)?([eE][+-]?\d+)?", "#", reason.splitlines()[0] if reason else "")
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -250,10 +293,12 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
     verify = options.verify
     if verify is None:
         verify = options.cost == "measure" and owns_estimator
-    estimator = estimator or make_estimator(options.cost, names, options.cache)
+    estimator = estimator or make_estimator(options.cost, names, options.cache,
+                                            options.timeout_s, options.measure_budget_s)
     try:
         with _timed(timings, "measure"):
             costs = measure(estimator, candidates, names, options.progress)
+            rejected = rejections(graph, candidates, costs, estimator)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator)
         alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
@@ -271,4 +316,4 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
             if kept is not None:
                 result = build(pristine, kept)
     return result.with_record(verdict=verdict, candidates=candidates,
-                              backends_considered=names, timings=timings)
+                              backends_considered=names, timings=timings, rejected=rejected)

@@ -154,10 +154,15 @@ def _rows(est, graph, candidates, costs, per_node: bool):
 def _print_summary(est, graph, candidates, costs, backends, elapsed: float) -> None:
     s = est.stats
     out = sys.stdout
+    skipped = f", {s.skipped} skipped after a hang" if s.skipped else ""
     out.write(f"\n{len(graph.op_nodes())} ops, {s.candidates} candidates, {s.regions} distinct "
               f"(region, backend) keys: {s.hits} cached, {s.measured} measured "
-              f"({s.invalid} invalid, {s.errors} errors, {s.restarts} worker restarts) "
-              f"in {elapsed:.1f} s\n")
+              f"({s.invalid} invalid, {s.errors} errors, {s.timeouts} timeouts, "
+              f"{s.restarts} worker restarts{skipped}) in {elapsed:.1f} s\n")
+    if s.busy:
+        out.write(f"  machine busy: {s.busy} of {s.measured} measured while other work ran "
+                  f"(load up to {s.max_load:.2f} other runnable tasks per core); "
+                  "`collage-mlir cache remeasure --noisy` has them measured again\n")
     per_node: dict[int, dict[str, float]] = {}
     for c, cost in zip(candidates, costs, strict=True):
         per_node.setdefault(c.sub_graph.first, {})[c.backend] = cost
@@ -177,15 +182,15 @@ def _ms(cost: float) -> str:
 
 
 def _print_invalid(est, candidates, costs) -> None:
+    """One line per distinct (region, backend) out of the search, with its reason."""
     seen: set[str] = set()
     lines = []
     for c, cost in zip(candidates, costs, strict=True):
         key = est.key(c)
         if math.isinf(cost) and key not in seen:
             seen.add(key)
-            m = est.cache.get(key)
             sig = est.region(c.sub_graph).signature
-            lines.append(f"  {c.backend}: {sig}: {m.error if m else '?'}")
+            lines.append(f"  {c.backend}: {sig}: {est.reason(c) or '?'}")
     if lines:
         sys.stdout.write("invalid:\n" + "\n".join(lines) + "\n")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.driver import DEFAULT_MAX_DEPTH
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
 from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
@@ -12,6 +12,7 @@ from collage_mlir.tools.args import (
     backend_names,
     check_output_dir,
     input_shapes,
+    positive_float,
     positive_int,
 )
 
@@ -38,6 +39,11 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost", default="measure",
                    help="'measure' (time candidates on the real backends, cached) or "
                         "'table:FILE' (costs from a JSON table, nothing timed; format below)")
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help="seconds one candidate may take to compile, check and time before it "
+                        "is left out as a timeout (retried by a later run)")
+    p.add_argument("--budget", type=positive_float, default=None, metavar="S",
+                   help="seconds of timing per kernel at most (default 1)")
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")
@@ -59,7 +65,8 @@ def compile_from_args(model: str, args: argparse.Namespace,
     return collage_mlir.compile(model, backends=backends or backend_names(args),
                                 cache=args.cache, max_depth=args.max_depth,
                                 placement=args.placement, cost=args.cost, progress=True,
-                                verify=args.verify, input_shapes=input_shapes(args))
+                                verify=args.verify, input_shapes=input_shapes(args),
+                                timeout_s=args.timeout, measure_budget_s=args.budget)
 
 
 def run(args: argparse.Namespace) -> int:

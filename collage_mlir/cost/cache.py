@@ -15,7 +15,16 @@ host). Statuses:
 - `error`: the measurement could not be made (the region did not parse, no inputs could be
   made for it, the worker could not start): not known to be the backend's fault, so the
   candidate is out of this search only (+inf, never an unknown NaN) and is measured again
-  by the next run that needs it.
+  by the next run that needs it;
+- `timeout`: the region took longer than the run's timeout (`timeout_s`, kept): a hang, or
+  a machine too busy. Out of the search (+inf) until it is due again (`TIMEOUT_RETRY`: a run
+  with a longer timeout, one of the first `attempts` runs at the same timeout, or after
+  `after_s`); `attempts` counts the timeouts in a row.
+
+Every row also keeps the machine's `load` when it was measured (other runnable tasks per
+core, from the load average); `stale` marks an `ok` row to be measured again by the next run
+that needs it (`collage-mlir cache remeasure --noisy`). Transitions that failed keep their
+timeout and attempts too and are retried by `TRANSITION_RETRY`.
 """
 
 from __future__ import annotations
@@ -23,23 +32,30 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
 from collage_mlir.paths import user_path
 
-OK, INVALID, ERROR = "ok", "invalid", "error"
-STATUSES = (OK, INVALID, ERROR)
-SCHEMA_VERSION = 1
+OK, INVALID, ERROR, TIMEOUT = "ok", "invalid", "error", "timeout"
+STATUSES = (OK, INVALID, ERROR, TIMEOUT)
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: status `timeout`; measurements gain `timeout_s`, `attempts`,
+`load`, `stale`; transitions gain `timeout_s`, `attempts` (`_migrate` keeps every row)."""
 BUSY_TIMEOUT_S = 60.0
+NOISY_SPREAD = 0.5
+"""(p90 - p10) / median above which a measurement is noisy (95% of the rows of a bench run
+on a quiet machine were under 0.73, 90% under 0.39)."""
+BUSY_LOAD = 0.5
+"""Other runnable tasks per core above which the machine was busy while measuring."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+_MEASUREMENTS = """
 CREATE TABLE IF NOT EXISTS measurements (
     key TEXT PRIMARY KEY,
     region TEXT NOT NULL,
@@ -48,24 +64,33 @@ CREATE TABLE IF NOT EXISTS measurements (
     options TEXT NOT NULL,
     host TEXT NOT NULL,
     signature TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error', 'timeout')),
     median REAL, p90 REAL, spread REAL,
     runs INTEGER NOT NULL DEFAULT 0,
     error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS measurements_backend ON measurements (backend, status);
+    created REAL NOT NULL,
+    timeout_s REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    load REAL,
+    stale INTEGER NOT NULL DEFAULT 0
+)"""
+_TRANSITIONS = """
 CREATE TABLE IF NOT EXISTS transitions (
     key TEXT PRIMARY KEY,
     src TEXT NOT NULL,
     dst TEXT NOT NULL,
     host TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error', 'timeout')),
     per_call REAL, per_byte REAL,
     points TEXT NOT NULL DEFAULT '[]',
     error TEXT NOT NULL DEFAULT '',
-    created REAL NOT NULL
-);
+    created REAL NOT NULL,
+    timeout_s REAL,
+    attempts INTEGER NOT NULL DEFAULT 0
+)"""
+_SCHEMA = _MEASUREMENTS + ";" + _TRANSITIONS + """;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS measurements_backend ON measurements (backend, status);
 CREATE TABLE IF NOT EXISTS capabilities (
     key TEXT PRIMARY KEY,
     backend TEXT NOT NULL,
@@ -101,6 +126,20 @@ class Measurement:
     runs: int = 0
     error: str = ""
     created: float = field(default_factory=time.time)
+    timeout_s: float | None = None
+    """The timeout in force when it was measured (what a `timeout` row ran out of)."""
+    attempts: int = 0
+    """`timeout` rows: timeouts in a row at this timeout or shorter."""
+    load: float | None = None
+    """Other runnable tasks per core while it was measured (None: not recorded)."""
+    stale: bool = False
+    """Marked to be measured again by the next run that needs it."""
+
+    @property
+    def noisy(self) -> bool:
+        """An ok row whose spread was wide or that was measured on a busy machine."""
+        return self.status == OK and ((self.spread or 0.0) > NOISY_SPREAD or
+                                      (self.load or 0.0) > BUSY_LOAD)
 
     @property
     def cost(self) -> float:
@@ -126,11 +165,50 @@ class Transition:
     """(nbytes, seconds) the fit was made from."""
     error: str = ""
     created: float = field(default_factory=time.time)
+    timeout_s: float | None = None
+    """The experiment's timeout (a failed experiment is retried by `TRANSITION_RETRY`)."""
+    attempts: int = 0
+    """Failed experiments in a row at this timeout or shorter."""
 
     def cost(self, nbytes: int) -> float:
         if self.status != OK or self.per_call is None or self.per_byte is None:
             return math.nan
         return self.per_call + self.per_byte * nbytes
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When a cached failure that may not be the backend's fault (a timeout: the machine
+    may have been busy) is tried again: under a longer timeout than it had, while it has
+    failed fewer than `attempts` times in a row, or once it is older than `after_s`."""
+
+    attempts: int
+    after_s: float
+
+    def due(self, timeout_then: float | None, attempts: int, created: float,
+            timeout_now: float, now: float | None = None) -> bool:
+        if timeout_then is None or timeout_now > timeout_then or attempts < self.attempts:
+            return True
+        return (time.time() if now is None else now) - created > self.after_s
+
+    def next_attempts(self, timeout_then: float | None, attempts: int,
+                      timeout_now: float) -> int:
+        """`attempts` after another failure at `timeout_now` (a longer timeout starts
+        the count again)."""
+        if timeout_then is None or timeout_now > timeout_then:
+            return 1
+        return attempts + 1
+
+
+TIMEOUT_RETRY = RetryPolicy(attempts=3, after_s=7 * 86400.0)
+"""A timed-out region is measured again by the next two runs at the same timeout (a busy
+moment passes), by any run with a longer timeout, and after a week."""
+TRANSITION_RETRY = RetryPolicy(attempts=1, after_s=86400.0)
+"""A failed hand-off experiment (each try may cost minutes) is tried again only under a
+longer timeout or after a day; meanwhile its hand-offs cost 0."""
+
+MEASUREMENT_COLUMNS = tuple(f.name for f in fields(Measurement))
+TRANSITION_COLUMNS = tuple(f.name for f in fields(Transition))
 
 
 def _read_only(path: Path) -> CollageError:
@@ -176,7 +254,8 @@ class MeasurementCache:
         with self._write():
             for stmt in filter(str.strip, _SCHEMA.split(";")):
                 conn.execute(stmt)
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)",
+            _migrate(conn)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)",
                          (str(SCHEMA_VERSION),))
         conn.execute("SELECT count(*) FROM measurements").fetchone()
         return conn
@@ -211,9 +290,8 @@ class MeasurementCache:
         rows = [tuple(asdict(m).values()) for m in ms]
         if not rows:
             return
-        marks = ", ".join("?" * len(rows[0]))
         with self._write():
-            self._conn.executemany(f"INSERT OR REPLACE INTO measurements VALUES ({marks})", rows)
+            self._conn.executemany(_insert("measurements", MEASUREMENT_COLUMNS), rows)
 
     def get(self, key: str) -> Measurement | None:
         return self.get_many([key]).get(key)
@@ -226,14 +304,27 @@ class MeasurementCache:
             chunk = keys[i:i + 500]
             q = f"SELECT * FROM measurements WHERE key IN ({', '.join('?' * len(chunk))})"
             for row in self._conn.execute(q, chunk):
-                out[row[0]] = Measurement(*row)
+                out[row[0]] = _measurement(row)
         return out
 
     def measurements(self, backend: str | None = None) -> list[Measurement]:
         q, args = "SELECT * FROM measurements", ()
         if backend is not None:
             q, args = q + " WHERE backend = ?", (backend,)
-        return [Measurement(*row) for row in self._conn.execute(q + " ORDER BY created", args)]
+        return [_measurement(row) for row in self._conn.execute(q + " ORDER BY created", args)]
+
+    def mark_stale(self, keys: Iterable[str]) -> int:
+        """Mark ok rows to be measured again by the next run that needs them (they keep
+        their cost meanwhile); returns how many were marked."""
+        keys = list(dict.fromkeys(keys))
+        n = 0
+        with self._write():
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                n += self._conn.execute(
+                    f"UPDATE measurements SET stale = 1 WHERE status = 'ok' AND key IN "
+                    f"({', '.join('?' * len(chunk))})", chunk).rowcount
+        return n
 
     # -- transitions --------------------------------------------------------------------
 
@@ -241,8 +332,7 @@ class MeasurementCache:
         row = asdict(t)
         row["points"] = json.dumps(row["points"])
         with self._write():
-            self._conn.execute("INSERT OR REPLACE INTO transitions VALUES "
-                               f"({', '.join('?' * len(row))})", tuple(row.values()))
+            self._conn.execute(_insert("transitions", TRANSITION_COLUMNS), tuple(row.values()))
 
     def get_transition(self, key: str) -> Transition | None:
         row = self._conn.execute("SELECT * FROM transitions WHERE key = ?", (key,)).fetchone()
@@ -302,6 +392,51 @@ class MeasurementCache:
 
     def _files(self) -> list[Path]:
         return [self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")]
+
+
+def _insert(table: str, columns: Sequence[str]) -> str:
+    return (f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})")
+
+
+_V1_COLUMNS = {
+    "measurements": ("key", "region", "backend", "version", "options", "host", "signature",
+                     "status", "median", "p90", "spread", "runs", "error", "created"),
+    "transitions": ("key", "src", "dst", "host", "status", "per_call", "per_byte", "points",
+                    "error", "created"),
+}
+_TIMED_OUT = re.compile(r"timed out after ([0-9.eE+-]+) s")
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a schema-1 cache to the current schema inside the caller's transaction: both
+    tables are rebuilt (SQLite cannot widen a CHECK) with every row and value kept, new
+    columns at their defaults; v1 `invalid` rows that were timeouts ("timed out after N s")
+    become `timeout` rows with `timeout_s` N, so a later run measures them again."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+    if "stale" in have:
+        return
+    for table, schema in (("measurements", _MEASUREMENTS), ("transitions", _TRANSITIONS)):
+        old = ", ".join(_V1_COLUMNS[table])
+        conn.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
+        conn.execute(schema)
+        conn.execute(f"INSERT INTO {table} ({old}) SELECT {old} FROM {table}_v1")
+        conn.execute(f"DROP TABLE {table}_v1")
+    conn.execute("CREATE INDEX IF NOT EXISTS measurements_backend "
+                 "ON measurements (backend, status)")
+    rows = conn.execute("SELECT key, error FROM measurements WHERE status = 'invalid' "
+                        "AND error LIKE 'timed out after %'").fetchall()
+    for key, error in rows:
+        m = _TIMED_OUT.match(error)
+        if m:
+            conn.execute("UPDATE measurements SET status = 'timeout', timeout_s = ?, "
+                         "attempts = 1 WHERE key = ?", (float(m.group(1)), key))
+
+
+def _measurement(row: tuple) -> Measurement:
+    """A row as a Measurement (a schema-1 row, read-only, gets the new fields' defaults)."""
+    m = Measurement(*row)
+    return m if isinstance(m.stale, bool) else Measurement(*row[:-1], stale=bool(m.stale))
 
 
 def _transition(row: tuple) -> Transition:

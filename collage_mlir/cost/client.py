@@ -1,8 +1,9 @@
 """The parent side of a measuring worker: spawn, feed, watch, and restart after a death.
 
 A worker that dies (segfault, abort) or goes silent past its deadline (hang) costs the one
-region it was busy with: that region is reported invalid with the reason, the process group
-is killed, and a fresh worker takes the remaining regions. If it dies while compiling a
+region it was busy with: that region is reported invalid (a death) or timeout (silence, with
+the timeout it had) with the reason, the process group is killed, and a fresh worker takes
+the remaining regions, less those whose `Item.skip` now gives a reason. If it dies while compiling a
 batch, nobody knows which region did it, so the batch is retried one region at a time.
 """
 
@@ -36,9 +37,15 @@ class Item:
     id: str
     text: str | Callable[[], str]
     solo: bool = False  # compile alone (after a batch compile crashed)
+    skip: Callable[[], str | None] | None = None
+    """Asked when the item is about to be sent: a reason not to measure it after all (it is
+    then reported as an error with that reason), or None."""
 
     def module_text(self) -> str:
         return self.text() if callable(self.text) else self.text
+
+    def skip_reason(self) -> str | None:
+        return self.skip() if self.skip is not None else None
 
 
 @dataclass
@@ -70,6 +77,11 @@ class WorkerClient:
         self.starts = 0
         self._timed_out = False
         self._last_timeout = config.timeout_s
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the worker was last lost to silence past its deadline (not a death)."""
+        return self._timed_out
 
     @property
     def restarts(self) -> int:
@@ -194,6 +206,10 @@ class WorkerClient:
         """Measure every item; `on_result(id, result)` once per item, whatever happens."""
         pending = collections.deque(items)
         while pending:
+            why = pending[0].skip_reason()
+            if why:
+                on_result(pending.popleft().id, {"status": "error", "error": why, "skipped": True})
+                continue
             if self.proc is None or self.proc.poll() is not None:
                 try:
                     self.start()
@@ -209,9 +225,25 @@ class WorkerClient:
                 chunk = [pending.popleft()]
                 while pending and (pending[0].solo or not batch):
                     chunk.append(pending.popleft())
+            chunk = self._drop_skipped(chunk, on_result)
+            if not chunk:
+                continue
             leftover = self._run_chunk(chunk, batch and len(chunk) > 1 and not chunk[0].solo,
                                        on_result)
             pending.extendleft(reversed(leftover))
+
+    @staticmethod
+    def _drop_skipped(chunk: list[Item], on_result: Callable[[str, Result], None]
+                      ) -> list[Item]:
+        """The chunk less the items that say to skip them (reported as errors)."""
+        kept = []
+        for item in chunk:
+            why = item.skip_reason()
+            if why:
+                on_result(item.id, {"status": "error", "error": why, "skipped": True})
+            else:
+                kept.append(item)
+        return kept
 
     def _run_chunk(self, chunk: list[Item], batch: bool,
                    on_result: Callable[[str, Result], None]) -> list[Item]:
@@ -255,7 +287,11 @@ class WorkerClient:
         if phase == "compiling a batch" and len(left) > 1:
             return [Item(i.id, i.text, solo=True) for i in left]
         blamed = current if current in by_id and current not in done else left[0].id
-        on_result(blamed, {"status": "invalid", "error": reason})
+        if self._timed_out:  # maybe a hang, maybe a busy machine: retryable, with its timeout
+            on_result(blamed, {"status": "timeout", "error": reason,
+                               "timeout_s": self.config.timeout_s})
+        else:
+            on_result(blamed, {"status": "invalid", "error": reason})
         return [i for i in left if i.id != blamed]
 
     def transition(self, dst: dict[str, Any], timeout_s: float) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,13 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost import transition as transition_mod
 from collage_mlir.cost.base import CostEstimator, Progress
 from collage_mlir.cost.cache import (
+    BUSY_LOAD,
     ERROR,
     INVALID,
     OK,
+    TIMEOUT,
+    TIMEOUT_RETRY,
+    TRANSITION_RETRY,
     Measurement,
     MeasurementCache,
     Transition,
@@ -85,6 +89,13 @@ class EstimateStats:
     invalid: int = 0
     errors: int = 0
     restarts: int = 0
+    timeouts: int = 0
+    skipped: int = 0
+    """Keys not measured: their backend hung on one of their op types earlier in the run."""
+    busy: int = 0
+    """Keys measured while the machine was busy (load above `BUSY_LOAD`)."""
+    max_load: float = 0.0
+    """The highest load (other runnable tasks per core) seen while measuring."""
     by_backend: dict[str, int] = field(default_factory=dict)
     """Keys measured per backend (cache misses)."""
 
@@ -154,6 +165,9 @@ class MeasuringEstimator(CostEstimator):
     declared hung. `skip_unusable`: drop unknown or unavailable backends (see `skipped`)
     instead of raising a CollageError. `worker_memory_bytes`: the resident size past which a
     worker ends itself and its region is invalid (default `default_worker_memory()`; 0: none).
+    `load_probe`: the machine's load, recorded with each measurement (default
+    `machine_load`). `transition_timeout_s`: longest one hand-off experiment may take
+    (default max(120 s, 4 × `timeout_s`)).
     """
 
     def __init__(self, backends: BackendsArg, cache_path: str | Path | None = None,
@@ -161,7 +175,9 @@ class MeasuringEstimator(CostEstimator):
                  settings: MeasureSettings | None = None, batch_size: int = 16,
                  sys_path: Sequence[str] = (), skip_unusable: bool = False,
                  cache: MeasurementCache | None = None,
-                 worker_memory_bytes: int | None = None) -> None:
+                 worker_memory_bytes: int | None = None,
+                 load_probe: Callable[[], float] | None = None,
+                 transition_timeout_s: float | None = None) -> None:
         self.backends, self.skipped = backend_infos(backends)
         if self.skipped and not skip_unusable:
             raise CollageError("; ".join(self.skipped.values()))
@@ -173,6 +189,8 @@ class MeasuringEstimator(CostEstimator):
         self.sys_path = tuple(sys_path)
         self.worker_memory_bytes = (default_worker_memory() if worker_memory_bytes is None
                                     else worker_memory_bytes)
+        self.load_probe = load_probe or machine_load
+        self._transition_timeout_s = transition_timeout_s
         self.stats = EstimateStats()
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
@@ -313,44 +331,110 @@ class MeasuringEstimator(CostEstimator):
             if progress:
                 progress(done, total)
 
+        previous: dict[str, Measurement] = {}
+        run = _Run()
         for key, m in self.cache.get_many(waiting).items():
-            if m.status != ERROR:
+            if self._is_hit(m):
                 self.stats.hits += 1
+                if m.status != TIMEOUT:
+                    run.cleared.setdefault(m.backend, set()).update(_op_types(rows[key][1]))
                 settle(key, m)
+            else:
+                previous[key] = m
         if progress:
             progress(done, total)
         for backend in sorted({rows[k][0].name for k in waiting}):
-            keys = [k for k in waiting if rows[k][0].name == backend]
+            keys = sorted((k for k in waiting if rows[k][0].name == backend),
+                          key=lambda k: len(rows[k][1].nodes))  # single ops first
             self.stats.by_backend[backend] = len(keys)
-            self._measure_backend(self.backends[backend], keys, rows, settle)
+            self._measure_backend(self.backends[backend], keys, rows, settle, previous, run)
         return costs
 
+    def _is_hit(self, m: Measurement) -> bool:
+        """Whether a cached row stands for this run: not an error, not marked stale, and not
+        a timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout)."""
+        if m.status == ERROR or m.stale:
+            return False
+        if m.status == TIMEOUT:
+            return not TIMEOUT_RETRY.due(m.timeout_s, m.attempts, m.created, self.timeout_s)
+        return True
+
     def _measure_backend(self, info: BackendInfo, keys: list[str],
-                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle) -> None:
+                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
+                         previous: Mapping[str, Measurement], run: _Run) -> None:
+        """Measure `keys` on one backend's worker, each result into the cache as it comes.
+        After the backend's first timeout on an op type, the regions holding that type
+        that are still to measure are skipped in this run (errors, not cached)."""
         client = WorkerClient(self._worker_config(info))
+        cleared = run.cleared.setdefault(info.name, set())
+        hung: dict[str, str] = {}  # op type → why regions holding it are skipped
+        load = self.load_probe()
 
         def on_result(key: str, result: dict[str, Any]) -> None:
-            _, _, rk = rows[key]
-            m = Measurement(
-                key=key, region=rk.digest, backend=info.name, version=info.version,
-                options=info.options, host=host_fingerprint(), signature=rk.signature,
-                status=result.get("status", ERROR), median=result.get("median"),
-                p90=result.get("p90"), spread=result.get("spread"),
-                runs=int(result.get("runs") or 0), error=result.get("error") or "")
-            self.cache.put(m)
-            self.stats.measured += 1
-            self.stats.invalid += m.status == INVALID
-            self.stats.errors += m.status == ERROR
+            nonlocal load
+            _, sub_graph, rk = rows[key]
+            if result.get("skipped"):
+                self.stats.skipped += 1
+                settle(key, Measurement(
+                    key=key, region=rk.digest, backend=info.name, version=info.version,
+                    options=info.options, host=host_fingerprint(), signature=rk.signature,
+                    status=ERROR, error=result["error"]))
+                return
+            now = self.load_probe()
+            before = previous.get(key)
+            m = self._measurement(info, key, rk, result, before, max(load, now))
+            load = now
+            if m.status == ERROR and before is not None and before.status == OK:
+                m = before  # a stale row that could not be measured again keeps its cost
+            else:
+                self.cache.put(m)
+            self._count(m)
+            types = _op_types(sub_graph)
+            if m.status == TIMEOUT:
+                for t in sorted(types - cleared):
+                    hung.setdefault(t, f"skipped: {info.name} hung on {t} earlier in this run")
+            else:
+                cleared.update(types)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
             settle(key, m)
 
+        def skip(key: str) -> str | None:
+            return next((hung[t] for t in sorted(_op_types(rows[key][1])) if t in hung), None)
+
         try:
-            client.measure([Item(k, functools.partial(self.region_text, rows[k][1]))
-                            for k in keys], info.batch, on_result)
+            client.measure([Item(k, functools.partial(self.region_text, rows[k][1]),
+                                 skip=functools.partial(skip, k)) for k in keys],
+                           info.batch, on_result)
         finally:
             self.stats.restarts += client.restarts
             client.stop()
+
+    def _measurement(self, info: BackendInfo, key: str, rk: RegionKey, result: dict[str, Any],
+                     before: Measurement | None, load: float) -> Measurement:
+        """The cache row for one worker result (a timeout counts its attempts in a row)."""
+        status = result.get("status", ERROR)
+        attempts = 0
+        if status == TIMEOUT:
+            attempts = (TIMEOUT_RETRY.next_attempts(before.timeout_s, before.attempts,
+                                                    self.timeout_s)
+                        if before is not None and before.status == TIMEOUT else 1)
+        return Measurement(
+            key=key, region=rk.digest, backend=info.name, version=info.version,
+            options=info.options, host=host_fingerprint(), signature=rk.signature,
+            status=status, median=result.get("median"), p90=result.get("p90"),
+            spread=result.get("spread"), runs=int(result.get("runs") or 0),
+            error=result.get("error") or "", timeout_s=self.timeout_s, attempts=attempts,
+            load=load)
+
+    def _count(self, m: Measurement) -> None:
+        s = self.stats
+        s.measured += 1
+        s.invalid += m.status == INVALID
+        s.errors += m.status == ERROR
+        s.timeouts += m.status == TIMEOUT
+        s.busy += (m.load or 0.0) > BUSY_LOAD
+        s.max_load = max(s.max_load, m.load or 0.0)
 
     def _worker_config(self, info: BackendInfo) -> WorkerConfig:
         paths = [*self.sys_path, *info.sys_path]
@@ -365,7 +449,8 @@ class MeasuringEstimator(CostEstimator):
     # -- transitions --------------------------------------------------------------------
 
     def transition(self, src: str, dst: str) -> Transition | None:
-        """The fitted hand-off src → dst: cached, else measured now (both directions)."""
+        """The fitted hand-off src → dst: cached, else measured now (both directions). A
+        cached failure stands until `TRANSITION_RETRY` says it is due again."""
         if (src, dst) in self._transitions:
             return self._transitions[(src, dst)]
         a, b = self.backends.get(src), self.backends.get(dst)
@@ -373,24 +458,41 @@ class MeasuringEstimator(CostEstimator):
             return None
         key = transition_mod.transition_key(a.name, a.version, b.name, b.version)
         cached = self.cache.get_transition(key)
-        if cached is None or cached.status == ERROR:
+        if cached is None or (cached.status != OK and TRANSITION_RETRY.due(
+                cached.timeout_s, cached.attempts, cached.created, self.transition_timeout_s)):
             self._measure_transition(a, b)
             cached = self.cache.get_transition(key)
         if cached is not None:
             self._transitions[(src, dst)] = cached
         return cached
 
+    @property
+    def transition_timeout_s(self) -> float:
+        """How long one hand-off experiment (eight compiles per backend and size) may take."""
+        if self._transition_timeout_s is not None:
+            return self._transition_timeout_s
+        return max(120.0, 4 * self.timeout_s)
+
     def _measure_transition(self, a: BackendInfo, b: BackendInfo) -> None:
         host = host_fingerprint()
         client = WorkerClient(self._worker_config(a))
         directions = ((a, b, "forward"), (b, a, "backward"))
+        timeout = self.transition_timeout_s
         try:
-            msg = client.transition(b.spec, timeout_s=max(120.0, 4 * self.timeout_s))
+            msg = client.transition(b.spec, timeout_s=timeout)
         except WorkerError as e:
-            for src, dst, _ in directions:
-                key = transition_mod.transition_key(src.name, src.version, dst.name, dst.version)
-                self.cache.put_transition(Transition(key, src.name, dst.name, host, ERROR,
-                                                     error=str(e)))
+            status = TIMEOUT if client.timed_out else ERROR
+            keys = {transition_mod.transition_key(src.name, src.version, dst.name,
+                                                  dst.version): (src, dst)
+                    for src, dst, _ in directions}  # one key when src is dst
+            for key, (src, dst) in keys.items():
+                before = self.cache.get_transition(key)
+                attempts = (TRANSITION_RETRY.next_attempts(before.timeout_s, before.attempts,
+                                                           timeout)
+                            if before is not None and before.status != OK else 1)
+                self.cache.put_transition(Transition(key, src.name, dst.name, host, status,
+                                                     error=str(e), timeout_s=timeout,
+                                                     attempts=attempts))
             return
         finally:
             client.stop()
@@ -399,7 +501,8 @@ class MeasuringEstimator(CostEstimator):
             per_call, per_byte = transition_mod.fit(points)
             key = transition_mod.transition_key(src.name, src.version, dst.name, dst.version)
             self.cache.put_transition(Transition(key, src.name, dst.name, host, OK,
-                                                 per_call, per_byte, points))
+                                                 per_call, per_byte, points,
+                                                 timeout_s=timeout))
 
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
         """Measured hand-off seconds (two regions of one backend included: a boundary
@@ -417,6 +520,28 @@ def default_worker_memory() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError):
         return 0
+
+
+def machine_load() -> float:
+    """Other runnable tasks per core: the 1-minute load average less the one measuring
+    worker, over the cores (0 where the load average cannot be read)."""
+    try:
+        average = os.getloadavg()[0]
+    except OSError:
+        return 0.0
+    return max(0.0, average - 1.0) / (os.cpu_count() or 1)
+
+
+def _op_types(sub_graph: SubGraph) -> set[str]:
+    return {sub_graph.graph.nodes[i].op_type for i in sub_graph.nodes}
+
+
+@dataclass
+class _Run:
+    """What one `estimate` call learns across backends."""
+
+    cleared: dict[str, set[str]] = field(default_factory=dict)
+    """backend → op types it did not hang on in this run (cached rows included)."""
 
 
 def _reason_key(candidate: CandidatePartition) -> tuple[str, int]:

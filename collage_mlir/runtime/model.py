@@ -29,7 +29,13 @@ from collage_mlir.errors import CollageError
 from collage_mlir.importer import parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
-from collage_mlir.runtime.report import ReportRow, Verdict, format_report
+from collage_mlir.runtime.report import (
+    Rejection,
+    ReportRow,
+    Verdict,
+    format_rejections,
+    format_report,
+)
 from collage_mlir.static_shapes import format_dims
 
 if TYPE_CHECKING:
@@ -84,18 +90,20 @@ class PartitionedModel:
         self.backends_considered: list[str] = sorted(backends)
         self.candidates: list = []
         self.timings: dict[str, float] = {}
+        self.rejected: list[Rejection] = []
 
     def with_record(self, *, verdict: Verdict | None, candidates: list,
-                    backends_considered: list[str], timings: dict[str, float]
-                    ) -> PartitionedModel:
+                    backends_considered: list[str], timings: dict[str, float],
+                    rejected: list[Rejection] | None = None) -> PartitionedModel:
         """This model (same kernels) with the record of the run that made it: the end-to-end
-        check's verdict, the candidates the search saw, the backends it considered and the
-        seconds each phase took."""
+        check's verdict, the candidates the search saw, the backends it considered, the
+        seconds each phase took and the candidates left out (per backend and reason)."""
         out = copy.copy(self)
         out.verdict = verdict
         out.candidates = list(candidates)
         out.backends_considered = list(backends_considered)
         out.timings = dict(timings)
+        out.rejected = list(rejected or [])
         return out
 
     # -- building -----------------------------------------------------------------------
@@ -197,6 +205,8 @@ class PartitionedModel:
         lines = [format_report(self.report_rows, self.estimated_cost, measured)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
+        if self.rejected:
+            lines.append(format_rejections(self.rejected))
         if self.timings:
             lines.append("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         return "\n".join(lines)

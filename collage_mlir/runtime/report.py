@@ -61,6 +61,32 @@ def format_report(rows: list[ReportRow], total: float | None = None,
 
 
 @dataclass
+class Rejection:
+    """Candidates of one backend left out of the search for one reason (the first
+    candidate's words), and the op types they held in first-seen order."""
+
+    backend: str
+    reason: str
+    count: int = 0
+    op_types: list[str] = field(default_factory=list)
+
+
+def format_rejections(groups: list[Rejection], op_types: int = 4, width: int = 120) -> str:
+    """"candidates left out:" and one line per group: backend: count × reason (op types);
+    "" when nothing was left out."""
+    if not groups:
+        return ""
+    lines = [f"candidates left out ({sum(g.count for g in groups)}; per backend: "
+             "count x reason [op types]):"]
+    for g in groups:
+        reason = g.reason if len(g.reason) <= width else g.reason[:width - 1] + "…"
+        types = ", ".join(g.op_types[:op_types]) + (", ..." if len(g.op_types) > op_types
+                                                     else "")
+        lines.append(f"  {g.backend}: {g.count} x {reason} [{types}]")
+    return "\n".join(lines)
+
+
+@dataclass
 class Verdict:
     """What the end-to-end check timed (median seconds per contender) and what it kept."""
 

@@ -227,7 +227,7 @@ def test_round_trip(tmp_path):
         assert t.points == [(1024, 1.2e-5)]
         assert t.cost(1000) == pytest.approx(1e-5 + 2e-7)
         stats = c.stats()
-        assert stats["backends"]["b"] == {"ok": 1, "invalid": 1, "error": 0}
+        assert stats["backends"]["b"] == {"ok": 1, "invalid": 1, "error": 0, "timeout": 0}
         assert stats["transitions"] == 1 and stats["bytes"] > 0
         assert c.clear() == 2
         assert c.stats()["entries"] == 0 and c.get_transition("t") is None
@@ -275,3 +275,67 @@ def test_two_writers_lose_nothing(tmp_path):
     shared = {f"k{i % 200}" for i in range(1, 300, 2)}
     assert set(rows) == own | shared
     assert all(rows[k].backend in "AB" and rows[k].status == "ok" for k in shared)
+
+
+SCHEMA_1 = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE measurements (
+    key TEXT PRIMARY KEY, region TEXT NOT NULL, backend TEXT NOT NULL, version TEXT NOT NULL,
+    options TEXT NOT NULL, host TEXT NOT NULL, signature TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    median REAL, p90 REAL, spread REAL, runs INTEGER NOT NULL DEFAULT 0,
+    error TEXT NOT NULL DEFAULT '', created REAL NOT NULL);
+CREATE INDEX measurements_backend ON measurements (backend, status);
+CREATE TABLE transitions (
+    key TEXT PRIMARY KEY, src TEXT NOT NULL, dst TEXT NOT NULL, host TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'error')),
+    per_call REAL, per_byte REAL, points TEXT NOT NULL DEFAULT '[]',
+    error TEXT NOT NULL DEFAULT '', created REAL NOT NULL);
+CREATE TABLE capabilities (key TEXT PRIMARY KEY, backend TEXT NOT NULL, bits TEXT NOT NULL,
+    created REAL NOT NULL);
+INSERT INTO meta VALUES ('schema', '1');
+INSERT INTO measurements VALUES ('a', 'ra', 'b', 'v', 'o', 'h', 'Relu', 'ok', 0.001, 0.0011,
+    0.05, 10, '', 100.0);
+INSERT INTO measurements VALUES ('c', 'rc', 'b', 'v', 'o', 'h', 'Conv', 'invalid', NULL, NULL,
+    NULL, 0, 'compile failed: boom', 101.0);
+INSERT INTO measurements VALUES ('t', 'rt', 'iree', 'v', 'o', 'h', 'Gemm', 'invalid', NULL,
+    NULL, NULL, 0, 'timed out after 60 s while measuring', 102.0);
+INSERT INTO transitions VALUES ('x', 'b', 'iree', 'h', 'ok', 1e-05, 2e-10, '[[1024, 1.2e-05]]',
+    '', 103.0);
+"""
+
+
+def test_a_schema_1_cache_is_migrated_with_every_row_kept(tmp_path):
+    """Opening an old cache for writing rebuilds its tables: every row and value stays, the
+    new columns take their defaults, and a v1 timeout (kept as `invalid` for good) becomes
+    a retryable `timeout` with the timeout it had. Reading only never migrates."""
+    import shutil
+    import sqlite3
+
+    from collage_mlir.cost.cache import SCHEMA_VERSION, TIMEOUT
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_1)
+    old = {r[0]: r for r in sqlite3.connect(path).execute("SELECT * FROM measurements")}
+    shutil.copy(path, tmp_path / "copy.sqlite")
+    with MeasurementCache(tmp_path / "copy.sqlite", readonly=True) as c:  # as it was
+        assert c.get("t").status == INVALID and c.get("a").load is None
+    with MeasurementCache(path) as c:
+        assert c.integrity_ok()
+        rows = {m.key: m for m in c.measurements()}
+        assert set(rows) == set(old)
+        for key in ("a", "c"):
+            assert tuple(rows[key].__dict__.values())[:14] == old[key]
+            assert (rows[key].timeout_s, rows[key].attempts, rows[key].load,
+                    rows[key].stale) == (None, 0, None, False)
+        t = rows["t"]
+        assert (t.status, t.timeout_s, t.attempts) == (TIMEOUT, 60.0, 1)
+        assert tuple(t.__dict__.values())[:14] == old["t"][:7] + (TIMEOUT,) + old["t"][8:]
+        assert c.get_transition("x").points == [(1024, 1.2e-5)]
+        c.put(_row("new"))  # the new columns are writable
+        assert c.get("new").status == OK
+    with MeasurementCache(path) as c:  # a second open does not migrate again
+        assert len(c.measurements()) == 4
+    schema = sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'")
+    assert schema.fetchone()[0] == str(SCHEMA_VERSION) == "2"

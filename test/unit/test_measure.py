@@ -18,7 +18,7 @@ import onnx.parser
 import pytest
 
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.cost.cache import INVALID, OK, MeasurementCache
+from collage_mlir.cost.cache import INVALID, OK, TIMEOUT, MeasurementCache
 from collage_mlir.cost.measure import MeasuringEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.transition import fit
@@ -89,7 +89,7 @@ def test_fault_costs_one_candidate(tmp_path, graph, mode, reason):
         # two Relu nodes with one shape: one key, one row
         assert len(rows) == len(set(types)) == est.stats.regions
         bad = [r for r in rows if r.status != OK]
-        assert len(bad) == 1 and bad[0].status == INVALID
+        assert len(bad) == 1 and bad[0].status == (TIMEOUT if mode == "hang" else INVALID)
         assert bad[0].signature.startswith("Relu") and reason in bad[0].error
         assert all(r.runs >= FAST.min_runs_on_budget and r.median > 0
                    for r in rows if r.status == OK)
@@ -405,3 +405,150 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# -- hangs (issue 15 item 5) ----------------------------------------------------------------
+
+
+def chains(graph, backend: str) -> list[CandidatePartition]:
+    """Every two-op chain of MODEL (MatMul→Relu→Sigmoid→Relu→Add) on `backend`."""
+    ops = graph.op_nodes()
+    return [CandidatePartition(SubGraph(graph, 1 << a.index | 1 << b.index), backend, "chain")
+            for a, b in zip(ops, ops[1:], strict=False)]
+
+
+def test_after_a_hang_on_an_op_type_its_other_regions_are_skipped_in_this_run(tmp_path, graph):
+    """One timeout per (backend, op type) per run: every other region holding Relu is out
+    with the reason, not measured (and not cached)."""
+    with estimator(tmp_path, {FAULT: {"mode": "hang", "on": "Relu"}}, timeout_s=1.5) as est:
+        cands = chains(graph, "fault") + single_op(graph, "fault")  # chains listed first
+        costs = est.estimate(cands)
+        assert est.stats.timeouts == 1 and est.stats.skipped == 4  # every chain holds a Relu
+        for c, cost in zip(cands, costs, strict=True):
+            types = {graph.nodes[i].op_type for i in c.sub_graph.nodes}
+            assert math.isinf(cost) == ("Relu" in types)
+            if "Relu" in types and len(types) > 1:
+                assert est.reason(c) == "error: skipped: fault hung on Relu earlier in this run"
+                assert est.cache.get(est.key(c)) is None
+        relu = next(c for c in cands if len(c.sub_graph) == 1 and "Relu" in
+                    graph.nodes[c.sub_graph.first].op_type)
+        row = est.cache.get(est.key(relu))
+        assert (row.status, row.timeout_s, row.attempts) == (TIMEOUT, 1.5, 1)
+        assert est.reason(relu).startswith("timeout: timed out after 1.5 s")
+
+
+def test_a_tiny_timeout_does_not_poison_the_cache(tmp_path, graph):
+    """`measure --timeout 0.001`: every region times out, and a plain later run measures
+    them all again."""
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY], timeout_s=0.001) as est:
+        assert all(math.isinf(c) for c in est.estimate(cands))
+        rows = est.cache.measurements()
+        assert rows and all(r.status == TIMEOUT and r.timeout_s == 0.001 for r in rows)
+    with estimator(tmp_path, [NUMPY]) as est:
+        costs = est.estimate(cands)
+        assert all(0 < c < math.inf for c in costs)
+        assert est.stats.measured == est.stats.regions and est.stats.hits == 0
+
+
+def test_a_cached_timeout_is_due_again_by_its_retry_policy(tmp_path, graph):
+    from collage_mlir.cost.cache import TIMEOUT_RETRY, Measurement
+
+    (cand,) = single_op(graph, "numpy_test")[:1]
+    with estimator(tmp_path, [NUMPY], timeout_s=20) as est:
+        def put(attempts: int, timeout_s: float, age_s: float = 0.0) -> None:
+            import time
+            est.cache.put(Measurement(
+                key=est.key(cand), region="r", backend="numpy_test", version="1", options="",
+                host="h", signature="MatMul", status=TIMEOUT, error="timed out after 20 s",
+                timeout_s=timeout_s, attempts=attempts, created=time.time() - age_s))
+
+        put(TIMEOUT_RETRY.attempts, 20)  # timed out three times in a row at this timeout
+        assert est.estimate([cand]) == [math.inf] and est.stats.measured == 0
+        assert est.reason(cand).startswith("timeout: ")
+        put(TIMEOUT_RETRY.attempts - 1, 20)  # not yet three times: measured again
+        assert 0 < est.estimate([cand])[0] < math.inf and est.stats.measured == 1
+        put(TIMEOUT_RETRY.attempts, 10)  # timed out under a shorter timeout than today's
+        assert 0 < est.estimate([cand])[0] < math.inf and est.stats.measured == 1
+        put(TIMEOUT_RETRY.attempts, 20, age_s=TIMEOUT_RETRY.after_s + 1)  # long ago
+        assert 0 < est.estimate([cand])[0] < math.inf and est.stats.measured == 1
+    assert TIMEOUT_RETRY.next_attempts(20, 2, 20) == 3
+    assert TIMEOUT_RETRY.next_attempts(20, 2, 30) == 1  # a longer timeout starts again
+
+
+def test_a_hanging_transition_experiment_is_not_paid_again_on_every_run(tmp_path):
+    hang = {FAULT: {"mode": "hang", "on": "Relu"}}
+    with estimator(tmp_path, hang, transition_timeout_s=1.5) as est:
+        failed = est.transition("fault", "fault")
+        assert failed.status == TIMEOUT and failed.timeout_s == 1.5 and failed.attempts == 1
+        assert "timed out after 1.5 s" in failed.error
+        assert est.transition_cost("fault", "fault", 1024) == 0.0
+    with estimator(tmp_path, hang, transition_timeout_s=1.5) as est:  # a plain later run
+        assert est.transition("fault", "fault").created == failed.created  # not tried again
+    with estimator(tmp_path, hang, transition_timeout_s=2.0) as est:  # a longer timeout
+        again = est.transition("fault", "fault")
+        assert again.created > failed.created and again.timeout_s == 2.0
+        assert again.attempts == 1
+
+
+# -- load (issue 10 item 14) ----------------------------------------------------------------
+
+
+def test_each_measurement_records_the_machine_load(tmp_path, graph):
+    loads = iter([0.1, 2.0, 0.2, 0.3, 0.1, 0.1, 0.1, 0.1])
+    with estimator(tmp_path, [NUMPY], load_probe=lambda: next(loads)) as est:
+        cands = single_op(graph, "numpy_test")
+        est.estimate(cands)
+        rows = sorted(est.cache.measurements(), key=lambda r: r.created)
+        # each row: the larger of the load before (the previous result) and after it
+        assert [r.load for r in rows] == [2.0, 2.0, 0.3, 0.3]
+        assert est.stats.busy == 2 and est.stats.max_load == 2.0
+        assert rows[0].noisy and rows[1].noisy  # busy, whatever their spread
+
+
+def test_cli_measure_says_when_the_machine_was_busy(tmp_path, capsys, monkeypatch):
+    from collage_mlir.cost import measure as measure_mod
+    from collage_mlir.tools.cli import main
+
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(MODEL), str(model))
+    argv = ["measure", str(model), "--backends", NUMPY, "--cache", str(tmp_path / "c.sqlite"),
+            "--reference", NUMPY, "--budget", "0.02"]
+    monkeypatch.setattr(measure_mod, "machine_load", lambda: 0.0)
+    assert main(argv) == 0
+    assert "machine busy" not in capsys.readouterr().out
+    (tmp_path / "c.sqlite").unlink()
+    monkeypatch.setattr(measure_mod, "machine_load", lambda: 1.25)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "machine busy: 4 of 4 measured while other work ran (load up to 1.25" in out
+    assert "cache remeasure --noisy" in out
+
+
+def test_cache_remeasure_noisy_has_the_next_run_measure_them_again(tmp_path, graph, capsys):
+    import dataclasses
+
+    from collage_mlir.tools.cli import main
+
+    path = tmp_path / "c.sqlite"
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY], load_probe=lambda: 0.0) as est:
+        est.estimate(cands)
+        rows = [dataclasses.replace(r, spread=0.1) for r in est.cache.measurements()]
+        assert len(rows) == 4  # timed noise must not decide which rows are noisy
+        wide, busy = dataclasses.replace(rows[0], spread=0.9), dataclasses.replace(rows[1],
+                                                                                  load=1.0)
+        est.cache.put_many([wide, busy, *rows[2:]])
+    assert main(["cache", "remeasure", "--cache", str(path)]) == 1
+    assert "--noisy" in capsys.readouterr().err
+    assert main(["cache", "remeasure", "--noisy", "--cache", str(path)]) == 0
+    assert "marked 2 noisy measurements" in capsys.readouterr().out
+    assert main(["cache", "list", "--cache", str(path)]) == 0
+    assert capsys.readouterr().out.count("(stale: measured again by the next run)") == 2
+    with estimator(tmp_path, [NUMPY], load_probe=lambda: 0.0) as est:
+        costs = est.estimate(cands)
+        assert all(0 < c < math.inf for c in costs)
+        assert est.stats.measured == 2 and est.stats.hits == len(rows) - 2
+        again = {r.key: r for r in est.cache.measurements()}
+        assert not again[wide.key].stale and again[busy.key].load == 0.0
+        assert again[wide.key].created > wide.created

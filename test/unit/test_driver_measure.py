@@ -1,0 +1,120 @@
+"""The driver's measuring options and the report of the candidates it left out (issue 15
+items 5 and 7), with the test doubles of fault_backend.py registered in process."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx.parser
+import pytest
+from fault_backend import FaultInjectingBackend, NumpyTestBackend
+
+import collage_mlir
+from collage_mlir import driver
+from collage_mlir.backends.registry import _extra, register_backend
+from collage_mlir.cost.measure import MeasuringEstimator
+from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.errors import CollageError
+
+NUMPY = "fault_backend:NumpyTestBackend"
+FAULT = "fault_backend:FaultInjectingBackend"
+FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02, cold_bytes=1 << 20)
+MODEL = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[16,16] x, float[16,16] w) => (float[16,16] y) {
+  a = MatMul(x, w)
+  b = Relu(a)
+  c = Sigmoid(b)
+  d = Relu(c)
+  y = Add(d, x)
+}
+"""
+
+
+@pytest.fixture
+def doubles():
+    """numpy_test and fault registered by name (annotation and the final compile run in
+    this process; measuring workers load them by path)."""
+    for cls in (NumpyTestBackend, FaultInjectingBackend):
+        register_backend(cls)
+    yield
+    for cls in (NumpyTestBackend, FaultInjectingBackend):
+        _extra.pop(cls.name, None)
+
+
+def test_the_report_says_why_candidates_were_left_out(tmp_path, doubles):
+    backends = {NUMPY: {}, FAULT: {"mode": "compile_error", "on": "Relu"}}
+    with MeasuringEstimator(backends, cache_path=tmp_path / "c.sqlite", reference=NUMPY,
+                            settings=FAST, timeout_s=20, transition_timeout_s=20) as est:
+        model = collage_mlir.compile(onnx.parser.parse_model(MODEL),
+                                     backends=["numpy_test", "fault"], estimator=est,
+                                     max_depth=2)
+    (group,) = [g for g in model.rejected if g.backend == "fault"]
+    relu_candidates = [c for c in model.candidates if c.backend == "fault" and any(
+        c.sub_graph.graph.nodes[i].op_type == "Relu" for i in c.sub_graph.nodes)]
+    assert group.count == len(relu_candidates) > 1
+    assert group.reason == "invalid: compile failed: RuntimeError: injected compile error on Relu"
+    assert group.op_types[0] in ("Relu", "MatMul") and "Relu" in group.op_types
+    report = model.report()
+    assert "candidates left out" in report
+    line = next(ln for ln in report.splitlines() if ln.startswith("  fault: "))
+    assert line.startswith(f"  fault: {group.count} x invalid: compile failed: RuntimeError")
+    assert "Relu" in line.split("[", 1)[1]
+    x = [np.ones((16, 16), np.float32), np.eye(16, dtype=np.float32)]
+    assert np.isfinite(model.run(x)[0]).all()
+
+
+def test_reasons_differing_in_numbers_are_one_group():
+    from collage_mlir.cost.table import TableEstimator
+
+    class Reasons(TableEstimator):
+        def reason(self, candidate):
+            return f"invalid: wrong numbers: max abs err 0.{candidate.sub_graph.first + 1}"
+
+    module = collage_mlir.import_onnx(onnx.parser.parse_model(MODEL))
+    graph = driver.entry_graph(module)
+    cands = driver.annotate(graph, ["onnxruntime"], driver.SubGraphConfig(max_depth=1))
+    groups = driver.rejections(graph, cands, [math.inf] * len(cands), Reasons({}))
+    assert [(g.backend, g.count) for g in groups] == [("onnxruntime", len(cands))]
+    assert groups[0].op_types == ["MatMul", "Relu", "Sigmoid", "Add"]
+
+
+def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, monkeypatch):
+    est = driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=2.5,
+                                measure_budget_s=0.05)
+    with est:
+        assert est.timeout_s == 2.5 and est.settings.budget_s == 0.05
+    with pytest.raises(CollageError, match="timeout 0"):
+        driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=0)
+    seen = {}
+
+    def spy(cost, backends, cache, timeout_s, measure_budget_s):
+        seen.update(timeout_s=timeout_s, budget=measure_budget_s)
+        raise CollageError("stop here")
+
+    monkeypatch.setattr(driver, "make_estimator", spy)
+    with pytest.raises(CollageError, match="stop here"):
+        collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["onnxruntime"],
+                             timeout_s=7.0, measure_budget_s=0.3)
+    assert seen == {"timeout_s": 7.0, "budget": 0.3}
+
+
+def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
+    from collage_mlir.tools.cli import main
+
+    seen = {}
+
+    def fake_compile(model, **kw):
+        seen.update(kw)
+        raise CollageError("stop here")
+
+    monkeypatch.setattr(collage_mlir, "compile", fake_compile)
+    model = Path(tmp_path / "m.onnx")
+    onnx.save(onnx.parser.parse_model(MODEL), str(model))
+    argv = ["partition", str(model), "--backends", "onnxruntime", "-o", str(tmp_path / "o")]
+    assert main([*argv, "--timeout", "5", "--budget", "0.25"]) == 1
+    assert (seen["timeout_s"], seen["measure_budget_s"]) == (5.0, 0.25)
+    assert main(argv) == 1
+    assert (seen["timeout_s"], seen["measure_budget_s"]) == (60.0, None)
