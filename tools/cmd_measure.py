@@ -192,7 +192,7 @@ def _print_invalid(est, candidates, costs) -> None:
             sig = est.region(c.sub_graph).signature
             lines.append(f"  {c.backend}: {sig}: {est.reason(c) or '?'}")
     if lines:
-        sys.stdout.write("invalid:\n" + "\n".join(lines) + "\n")
+        sys.stdout.write("left out:\n" + "\n".join(lines) + "\n")
 
 
 def _print_transitions(est, backends: Sequence[str]) -> None:

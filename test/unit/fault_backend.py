@@ -12,7 +12,8 @@ as its `mode` says:
 - `leak`: keeps 256 MiB more memory on every call;
 - `compile_error`: raises while compiling.
 They are loaded by path ("fault_backend:FaultInjectingBackend"); nothing in the product
-imports them.
+imports them. Without options the mode and op type come from `$COLLAGE_FAULT_MODE` and
+`$COLLAGE_FAULT_ON` (default segfault on Relu), so a command line can pick them.
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ class FaultInjectingBackend(NumpyTestBackend):
 
     name = "fault"
 
-    def __init__(self, mode: str = "segfault", on: str = "Relu", **options: Any) -> None:
+    def __init__(self, mode: str | None = None, on: str | None = None,
+                 **options: Any) -> None:
+        mode = mode or os.environ.get("COLLAGE_FAULT_MODE", "segfault")
+        on = on or os.environ.get("COLLAGE_FAULT_ON", "Relu")
         super().__init__(mode=mode, on=on, **options)
         self.mode, self.on = mode, on
 
