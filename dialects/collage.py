@@ -37,4 +37,6 @@ keys (`cost.key.blob_token`), so that keying a region never prints the model's w
 
 WEIGHTS = "collage.weights"
 """String on a module: path of a weight store (`export.resources.WeightStore`) holding the
-large blobs its text leaves out; set on regions sent to a measuring worker."""
+large blobs: set on regions sent to a measuring worker (whose text leaves those blobs out),
+and on a model being partitioned and the regions taken from it (`resources.weight_store`), so
+that exports refer to the weights in the store instead of copying them."""

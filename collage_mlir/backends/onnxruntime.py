@@ -22,6 +22,7 @@ from iree.compiler import ir
 from collage_mlir.backends.base import Backend, BackendKind, Kernel
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export import export_function
+from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
 
 PROVIDER = "CPUExecutionProvider"
@@ -163,7 +164,8 @@ class OnnxRuntimeBackend(Backend):
         return bits
 
     def compile(self, module: ir.Module) -> Kernel:
-        return self._session(export_function(module).SerializeToString())
+        with model_source(export_function(module, external=True), store_of(module)) as model:
+            return self._session(model)
 
     def _session(self, model: bytes | str) -> OrtKernel:
         """A kernel over the ONNX model given as bytes or a file path. The session holds the

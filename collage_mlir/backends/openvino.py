@@ -20,6 +20,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, BackendKind, Kernel
 from collage_mlir.export import export_function, export_graph, node_name
+from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
@@ -27,9 +28,9 @@ from collage_mlir.graph.subgraph import SubGraph
 DEVICE = "CPU"
 
 
-def read_onnx(core: Any, model_bytes: bytes) -> Any:
-    """An ov.Model from ONNX bytes, without a temporary file."""
-    return core.read_model(io.BytesIO(model_bytes))
+def read_onnx(core: Any, model: bytes | str) -> Any:
+    """An ov.Model from ONNX bytes or an ONNX file's path (`resources.model_source`)."""
+    return core.read_model(model if isinstance(model, str) else io.BytesIO(model))
 
 
 def tensor_owners(proto: Any) -> dict[str, int]:
@@ -157,12 +158,13 @@ class OpenVinoBackend(Backend):
         }
 
     def capability(self, graph: DataflowGraph) -> int:
-        proto = export_graph(graph)
-        try:
-            model = read_onnx(self.core, proto.SerializeToString())
-        except Exception:  # an op the ONNX frontend cannot read: ask op by op instead
-            return self._capability_by_probe(graph)
-        supported = set(self.core.query_model(model, DEVICE, self.config()))
+        proto = export_graph(graph, external=True)
+        with model_source(proto, store_of(graph.func_op.parent)) as source:
+            try:
+                model = read_onnx(self.core, source)
+            except Exception:  # an op the ONNX frontend cannot read: ask op by op instead
+                return self._capability_by_probe(graph)
+            supported = set(self.core.query_model(model, DEVICE, self.config()))
         return supported_nodes(model, supported, graph, tensor_owners(proto)) & graph.op_bits
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:
@@ -188,8 +190,9 @@ class OpenVinoBackend(Backend):
                    ("Parameter", "Result", "Constant") for op in model.get_ordered_ops())
 
     def compile(self, module: ir.Module) -> Kernel:
-        model = read_onnx(self.core, export_function(module).SerializeToString())
-        return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
+        with model_source(export_function(module, external=True), store_of(module)) as source:
+            model = read_onnx(self.core, source)
+            return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
 
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
         """OpenVINO's own compiled blob (`export_model`), re-imported without compiling."""

@@ -21,7 +21,12 @@ from collage_mlir.dialects import collage
 from collage_mlir.dialects import func as func_dialect
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import ModuleLike, function_name
-from collage_mlir.export.resources import module_resources, resource_array
+from collage_mlir.export.resources import (
+    external_tensor,
+    module_resources,
+    resource_array,
+    store_of,
+)
 
 if TYPE_CHECKING:
     from collage_mlir.graph.dataflow import DataflowGraph
@@ -147,12 +152,15 @@ def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
 
 
 def export_function(module: ModuleLike, func_name: str | None = None, *,
-                    op_names: Callable[[ir.Operation, int], str] | None = None
-                    ) -> onnx.ModelProto:
+                    op_names: Callable[[ir.Operation, int], str] | None = None,
+                    external: bool = False) -> onnx.ModelProto:
     """Export one ONNX-in-MLIR function of `module` as a checked-valid ModelProto.
 
     `op_names(op, k)` names the k-th op's ONNX node (default `node_name(k)`); callers that
-    hold a DataflowGraph pass one naming nodes by post-dfs index.
+    hold a DataflowGraph pass one naming nodes by post-dfs index. With `external`, weights
+    that the module's weight store holds stay there (ONNX external data relative to the
+    store's directory: load the model through `resources.model_source`); otherwise the
+    model carries all its weights.
     """
     func_op = find_function(module, func_name)
     opset_attr = _meta(func_op, "opset_version")
@@ -161,7 +169,7 @@ def export_function(module: ModuleLike, func_name: str | None = None, *,
     block = func_op.regions[0].blocks[0]
     terminator = list(block.operations)[-1].operation
     in_names, out_names = _io_names(func_op, len(block.arguments), len(terminator.operands))
-    body = _Body(module, opset, [*in_names, *out_names])
+    body = _Body(module, opset, [*in_names, *out_names], external)
     body.names.update(zip(block.arguments, in_names, strict=True))
     # A returned op result takes its output name directly (first return of it wins).
     for value, out in zip(terminator.operands, out_names, strict=True):
@@ -192,8 +200,10 @@ class _Body:
     """The nodes and initializers of the graph being exported, and the ONNX name of every
     MLIR value so far ("" for an omitted optional input)."""
 
-    def __init__(self, module: ModuleLike, opset: int, reserved: Iterable[str]) -> None:
+    def __init__(self, module: ModuleLike, opset: int, reserved: Iterable[str],
+                 external: bool = False) -> None:
         self.module, self.opset = module, opset
+        self.store = store_of(module) if external else None
         self.namer = _Namer(reserved)
         self.names: dict[ir.Value, str] = {}
         self.nodes: list[onnx.NodeProto] = []
@@ -216,8 +226,10 @@ class _Body:
             raise ExportError(f"op '{op.name}' is not an ONNX operator")
         attrs = onnx_view.attributes(op)
         if op_type == "Constant" and set(attrs) == {"value"}:
-            tensor = numpy_helper.from_array(attr_array(attrs["value"], self.resources),
-                                             self.namer.fresh(f"const{k}"))
+            name = self.namer.fresh(f"const{k}")
+            tensor = self.store and external_tensor(name, attrs["value"], self.store)
+            tensor = tensor or numpy_helper.from_array(attr_array(attrs["value"],
+                                                                  self.resources), name)
             self.names[op.results[0]] = tensor.name
             self.initializers.append(tensor)
             return
@@ -245,13 +257,14 @@ class _Body:
         return [t for t in self.initializers if t.name in used]
 
 
-def export_graph(graph: DataflowGraph) -> onnx.ModelProto:
+def export_graph(graph: DataflowGraph, external: bool = False) -> onnx.ModelProto:
     """Export a DataflowGraph's function with node k named `node_name(k)` (post-dfs index),
     so a backend's per-node answer (OpenVINO's query_model) maps straight back to nodes."""
     index = {n.op: n.index for n in graph.nodes if n.op is not None}
     func_op = graph.func_op
     name = function_name(func_op)
-    return export_function(func_op.parent, name, op_names=lambda op, k: node_name(index[op]))
+    return export_function(func_op.parent, name, op_names=lambda op, k: node_name(index[op]),
+                           external=external)
 
 
 def _is_constant(value: ir.Value) -> bool:

@@ -20,12 +20,16 @@ import hashlib
 import json
 import mmap
 import re
+import shutil
 import tempfile
+import uuid
 from collections import ChainMap, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import onnx
 from iree.compiler import ir
 
 from collage_mlir.dialects.collage import BLOB_TOKENS, WEIGHTS
@@ -131,6 +135,10 @@ text, where cache keys and rules read them."""
 _ELIDE_CHARS = 2 * (STORE_MIN_BYTES + 4) + 2  # the printer's limit counts a blob's hex digits
 _DATA, _INDEX = "weights.bin", "weights.json"
 _ALIGN = 64
+"""Alignment of the blobs given back to MLIR (`materialize`)."""
+_PAGE = mmap.ALLOCATIONGRANULARITY
+"""Blob offset alignment in `weights.bin`: onnxruntime and OpenVINO map page-aligned
+external data instead of reading it."""
 
 
 class WeightStore:
@@ -161,7 +169,7 @@ class WeightStore:
                 if m is None or len(m.group(2)) <= 2 * (STORE_MIN_BYTES + 4) - 128:
                     continue  # margin below the limit: whatever the printer elides is stored
                 blob = bytes.fromhex(m.group(2))[4:]
-                data.seek(-data.tell() % _ALIGN, 1)
+                data.seek(-data.tell() % _PAGE, 1)
                 index[unquote_key(m.group(1))] = (data.tell(), len(blob))
                 data.write(blob)
         (directory / _INDEX).write_text(json.dumps(index))
@@ -193,6 +201,75 @@ class _LazyBlobs(Mapping[str, memoryview]):
         return len(self.store.index)
 
 
+@contextmanager
+def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
+    """Write `module`'s large blobs to a store in a scratch directory and name it in the
+    module's `collage.weights` for the duration: meanwhile every export of the module or of
+    a region extracted from it can refer to the weights in that file (`external_tensor`)
+    instead of copying them. Afterwards the attribute is gone (the module prints
+    self-contained again) and so is the directory; kernels that mapped the file keep their
+    pages. Yields None, and changes nothing, when the module has no such blob or the store
+    cannot be written."""
+    if store_of(module) is not None:
+        yield store_of(module)
+        return
+    directory = Path(tempfile.mkdtemp(prefix="collage-weights-"))
+    try:
+        try:
+            store = WeightStore.write(module, directory)
+        except OSError:
+            store = None
+        if store is None or not store.index:
+            yield None
+            return
+        module.operation.attributes[WEIGHTS] = ir.StringAttr.get(str(directory), module.context)
+        _cache.pop(id(module), None)
+        try:
+            yield store
+        finally:
+            if WEIGHTS in module.operation.attributes:
+                del module.operation.attributes[WEIGHTS]
+            _cache.pop(id(module), None)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def external_tensor(name: str, attr: ir.Attribute, store: WeightStore) -> onnx.TensorProto | None:
+    """An ONNX initializer `name` whose data stays in `store`'s file (ONNX external data,
+    located relative to the store's directory), when `attr` is a `dense_resource` blob the
+    store holds; None otherwise."""
+    m = _HANDLE.fullmatch(str(attr).strip()) if _is_resource(attr) else None
+    if m is None or unquote_key(m.group(1)) not in store.index:
+        return None
+    offset, nbytes = store.index[unquote_key(m.group(1))]
+    *dims, elem = m.group(2).split("x") if m.group(2) else [""]
+    if elem not in NUMPY_DTYPES:
+        return None
+    tensor = onnx.TensorProto(name=name, dims=[int(d) for d in dims if d],
+                              data_type=onnx.helper.np_dtype_to_tensor_dtype(NUMPY_DTYPES[elem]),
+                              data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", _DATA), ("offset", offset), ("length", nbytes)):
+        tensor.external_data.add(key=key, value=str(value))
+    return tensor
+
+
+@contextmanager
+def model_source(proto: onnx.ModelProto, store: WeightStore | None) -> Iterator[bytes | str]:
+    """What a backend loads `proto` from: its bytes, or — when it refers to `store`'s file
+    for its weights — the path of a copy written next to that file (external data is found
+    relative to the model's own path), removed afterwards."""
+    if store is None or not any(t.data_location == onnx.TensorProto.EXTERNAL
+                                for t in proto.graph.initializer):
+        yield proto.SerializeToString()
+        return
+    path = store.path / f"region-{uuid.uuid4().hex}.onnx"
+    try:
+        path.write_bytes(proto.SerializeToString())
+        yield str(path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 @functools.lru_cache(maxsize=4)
 def open_store(path: str) -> WeightStore:
     return WeightStore(path)
@@ -204,6 +281,13 @@ def store_of(module: ir.Module | ir.Operation) -> WeightStore | None:
     if WEIGHTS not in attrs:
         return None
     return open_store(ir.StringAttr(attrs[WEIGHTS]).value)
+
+
+def share_store(source: ir.Module | ir.Operation, target: ir.Module) -> None:
+    """Let `target` (a module made from part of `source`) read `source`'s weight store."""
+    attrs = source.operation.attributes
+    if WEIGHTS in attrs:
+        target.operation.attributes[WEIGHTS] = attrs[WEIGHTS]
 
 
 def _elided_text(module: ir.Module | ir.Operation) -> str:

@@ -19,6 +19,7 @@ from functools import cached_property
 from iree.compiler import ir
 from iree.compiler.dialects import func
 
+from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.errors import CollageError
 from collage_mlir.graph.bits import iter_bits
@@ -176,8 +177,8 @@ class SubGraph:
 
         Arguments are `input_values`, results are `output_values` (several exits give
         several results), constants it reads are cloned in, and the parent function's
-        `torch.onnx_meta.*` attributes are copied (IREE needs the opset). The original
-        function is not modified.
+        `torch.onnx_meta.*` attributes are copied (IREE needs the opset), and so is the
+        module's weight store (`collage.weights`). The original function is not modified.
         """
         g = self.graph
         ctx = g.func_op.context
@@ -198,6 +199,9 @@ class SubGraph:
                 for i in iter_bits(g.const_closure(self.inside) | self.inside):
                     self._clone_into(g.nodes[i].op, mapping)
                 func.ReturnOp([mapping[g.nodes[n].values[r]] for n, r in self.output_values])
+            parent = g.func_op.parent.attributes
+            if collage.WEIGHTS in parent:  # the region reads its weights where the model does
+                module.operation.attributes[collage.WEIGHTS] = parent[collage.WEIGHTS]
         return module
 
     @staticmethod

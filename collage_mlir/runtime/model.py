@@ -26,6 +26,7 @@ from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
+from collage_mlir.export.resources import share_store
 from collage_mlir.importer import parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
@@ -46,13 +47,15 @@ Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
 def region_module(fn: ir.Operation) -> ir.Module:
-    """A standalone module holding a public copy of region function `fn`."""
+    """A standalone module holding a public copy of region function `fn` (reading the
+    weight store of `fn`'s module, if it has one)."""
     with fn.context, ir.Location.unknown():
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
             clone = fn.clone()
         if "sym_visibility" in clone.attributes:
             del clone.attributes["sym_visibility"]
+        share_store(fn.parent, module)
     return module
 
 
