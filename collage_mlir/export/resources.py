@@ -216,7 +216,7 @@ def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
     directory = Path(tempfile.mkdtemp(prefix="collage-weights-"))
     try:
         try:
-            store = WeightStore.write(module, directory)
+            store = open_store(str(WeightStore.write(module, directory).path))  # one map
         except OSError:
             store = None
         if store is None or not store.index:

@@ -97,3 +97,34 @@ def test_every_blob_the_printer_leaves_out_is_in_the_store(tmp_path) -> None:
     names = {f"b{n}" for n in range(STORE_MIN_BYTES - 80, STORE_MIN_BYTES + 80, 4)}
     assert names <= set(inline) | set(store.index)
     assert set(inline) - set(store.index) and set(store.index) - set(inline)  # both used
+
+
+def test_while_partitioning_exports_refer_to_the_store_and_kernels_outlive_it(tmp_path) -> None:
+    from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    from collage_mlir.driver import entry_graph
+    from collage_mlir.export.resources import model_source, store_of, weight_store
+    from collage_mlir.graph import SubGraph
+
+    path, w, b = _model(tmp_path)
+    module = import_onnx(path)
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    kernels = []
+    with weight_store(module) as store:
+        assert store is not None and WEIGHTS in module.operation.attributes
+        graph = entry_graph(module)
+        region = SubGraph(graph, graph.op_bits).extract("r")
+        assert store_of(region) is store  # a region reads its weights where the model does
+        proto = export_function(region, external=True)
+        external = [t for t in proto.graph.initializer
+                    if t.data_location == onnx.TensorProto.EXTERNAL]
+        assert [tuple(t.dims) for t in external] == [w.shape]  # the bias stays inline
+        with model_source(proto, store) as source:
+            assert isinstance(source, str) and len(open(source, "rb").read()) < w.nbytes
+        inline = export_function(region)  # the default still carries every weight
+        assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in inline.graph.initializer)
+        kernels = [backend().compile(region) for backend in (OnnxRuntimeBackend, OpenVinoBackend)]
+        directory = store.path
+    assert WEIGHTS not in module.operation.attributes and not directory.exists()
+    for kernel in kernels:  # compiled from the store's file, run after it is gone
+        np.testing.assert_allclose(kernel.run([x])[0], x @ w + b, rtol=1e-4, atol=1e-4)
