@@ -155,6 +155,7 @@ def _print_summary(est, graph, candidates, costs, backends, elapsed: float) -> N
     s = est.stats
     out = sys.stdout
     skipped = f", {s.skipped} skipped after a hang" if s.skipped else ""
+    skipped += f", {s.shared} measured by a concurrent run" if s.shared else ""
     out.write(f"\n{len(graph.op_nodes())} ops, {s.candidates} candidates, {s.regions} distinct "
               f"(region, backend) keys: {s.hits} cached, {s.measured} measured "
               f"({s.invalid} invalid, {s.errors} errors, {s.timeouts} timeouts, "

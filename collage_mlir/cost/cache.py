@@ -33,8 +33,10 @@ import json
 import math
 import os
 import re
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
@@ -96,6 +98,14 @@ CREATE TABLE IF NOT EXISTS capabilities (
     backend TEXT NOT NULL,
     bits TEXT NOT NULL,
     created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    boot TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    beat REAL NOT NULL
 );
 """
 
@@ -211,6 +221,39 @@ MEASUREMENT_COLUMNS = tuple(f.name for f in fields(Measurement))
 TRANSITION_COLUMNS = tuple(f.name for f in fields(Transition))
 
 
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims keys before measuring them: one estimator (`token`) in one process (`pid`)
+    on one host since its last boot (a pid is only a process's name within one boot)."""
+
+    token: str
+    pid: int
+    host: str
+    boot: str
+
+    @classmethod
+    def here(cls) -> Claimant:
+        return cls(uuid.uuid4().hex, os.getpid(), socket.gethostname(), _boot_id())
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _read_only(path: Path) -> CollageError:
     return CollageError(f"{path}: the cache is read-only and measuring must store results; "
                         "pass a writable --cache (`cache stats` / `list` can read it)")
@@ -287,11 +330,63 @@ class MeasurementCache:
         self.put_many([m])
 
     def put_many(self, ms: Iterable[Measurement]) -> None:
+        """Store (or replace) results, atomically; any claims on their keys end with them."""
         rows = [tuple(asdict(m).values()) for m in ms]
         if not rows:
             return
         with self._write():
             self._conn.executemany(_insert("measurements", MEASUREMENT_COLUMNS), rows)
+            self._conn.executemany("DELETE FROM claims WHERE key = ?", [(r[0],) for r in rows])
+
+    # -- claims -------------------------------------------------------------------------
+    # Concurrent runs share the work: a run claims the keys it is about to measure, and a
+    # run finding a key claimed by another live one waits for that run's row instead of
+    # measuring it too.
+
+    def claim(self, keys: Iterable[str], me: Claimant, stale_after_s: float,
+              fresh_since: float) -> list[str]:
+        """Claim `keys` for `me`, atomically; returns those now claimed. A key is not
+        claimed while another claimant's claim on it stands (its process is alive on this
+        host and its heartbeat is younger than `stale_after_s`), nor when a row for it was
+        written at or after `fresh_since` (another run measured it meanwhile)."""
+        keys = list(dict.fromkeys(keys))
+        now = time.time()
+        taken: list[str] = []
+        with self._write():
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                marks = ", ".join("?" * len(chunk))
+                claims = {r[0]: r for r in self._conn.execute(
+                    f"SELECT key, owner, host, boot, pid, beat FROM claims WHERE key IN ({marks})",
+                    chunk)}
+                fresh = {r[0] for r in self._conn.execute(
+                    f"SELECT key FROM measurements WHERE created >= ? AND key IN ({marks})",
+                    [fresh_since, *chunk])}
+                for key in chunk:
+                    c = claims.get(key)
+                    if key in fresh or (c is not None and c[1] != me.token and
+                                        not _stale(c, me, stale_after_s, now)):
+                        continue
+                    self._conn.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                                       (key, me.token, me.host, me.boot, me.pid, now))
+                    taken.append(key)
+        return taken
+
+    def release(self, keys: Iterable[str], me: Claimant) -> None:
+        """End `me`'s claims on `keys` (those it did not measure after all)."""
+        rows = [(k, me.token) for k in keys]
+        with self._write():
+            self._conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", rows)
+
+    def beat(self, me: Claimant) -> None:
+        """`me` is still at work: its claims stand for another `stale_after_s`."""
+        with self._write():
+            self._conn.execute("UPDATE claims SET beat = ? WHERE owner = ?",
+                               (time.time(), me.token))
+
+    def claims(self) -> list[tuple[str, str, int]]:
+        """(key, owner token, pid) of every claim."""
+        return list(self._conn.execute("SELECT key, owner, pid FROM claims ORDER BY key"))
 
     def get(self, key: str) -> Measurement | None:
         return self.get_many([key]).get(key)
@@ -431,6 +526,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
         if m:
             conn.execute("UPDATE measurements SET status = 'timeout', timeout_s = ?, "
                          "attempts = 1 WHERE key = ?", (float(m.group(1)), key))
+
+
+def _stale(claim: tuple, me: Claimant, stale_after_s: float, now: float) -> bool:
+    """A claim (key, owner, host, boot, pid, beat) whose claimant is gone: its process
+    ended (same host, same boot), the host rebooted, or it has not beaten for too long."""
+    _, _, host, boot, pid, beat = claim
+    if host == me.host and (boot != me.boot or not _alive(pid)):
+        return True
+    return now - beat > stale_after_s
 
 
 def _measurement(row: tuple) -> Measurement:

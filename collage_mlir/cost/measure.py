@@ -4,7 +4,9 @@ For each candidate: extract its region, key it (`cost.key`), and look the key up
 persistent cache. Only misses reach a backend: they are grouped per backend, identical regions
 (one key) are measured once, and each backend's regions go to its own worker process
 (`cost.client` / `cost.worker`), one backend at a time so that measurements do not compete
-for the cores. Each result is written to the cache as it arrives.
+for the cores. Each result is written to the cache as it arrives. Before measuring, a run
+claims its keys in the cache; keys another live run has claimed are not measured again but
+waited for (`_wait_for_others`), so concurrent runs on one cache share the work.
 
 Backends are given as registry names ("onnxruntime") or `module:Class` paths (for plugins
 and test doubles not installed as entry points), as a list or as a dict name → options.
@@ -18,6 +20,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +38,7 @@ from collage_mlir.cost.cache import (
     TIMEOUT,
     TIMEOUT_RETRY,
     TRANSITION_RETRY,
+    Claimant,
     Measurement,
     MeasurementCache,
     Transition,
@@ -61,6 +65,9 @@ from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 
 log = logging.getLogger(__name__)
+
+CLAIM_POLL_S = 0.5
+"""How often a run waiting for another run's rows looks for them."""
 
 BackendsArg = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
@@ -96,6 +103,9 @@ class EstimateStats:
     """Keys measured while the machine was busy (load above `BUSY_LOAD`)."""
     max_load: float = 0.0
     """The highest load (other runnable tasks per core) seen while measuring."""
+    shared: int = 0
+    """Keys another run was measuring when this one came to them: their rows, not
+    measured here."""
     by_backend: dict[str, int] = field(default_factory=dict)
     """Keys measured per backend (cache misses)."""
 
@@ -190,6 +200,8 @@ class MeasuringEstimator(CostEstimator):
         self.worker_memory_bytes = (default_worker_memory() if worker_memory_bytes is None
                                     else worker_memory_bytes)
         self.load_probe = load_probe or machine_load
+        self.claimant = Claimant.here()
+        self._sleep = time.sleep
         self._transition_timeout_s = transition_timeout_s
         self.stats = EstimateStats()
         self._transitions: dict[tuple[str, str], Transition] = {}
@@ -343,12 +355,51 @@ class MeasuringEstimator(CostEstimator):
                 previous[key] = m
         if progress:
             progress(done, total)
+        started = time.time()
+        deferred: list[str] = []  # claimed by another run when we came to them
         for backend in sorted({rows[k][0].name for k in waiting}):
             keys = sorted((k for k in waiting if rows[k][0].name == backend),
                           key=lambda k: len(rows[k][1].nodes))  # single ops first
             self.stats.by_backend[backend] = len(keys)
-            self._measure_backend(self.backends[backend], keys, rows, settle, previous, run)
+            mine = set(self.cache.claim(keys, self.claimant, self.claim_stale_s, started))
+            deferred += [k for k in keys if k not in mine]
+            self._measure_backend(self.backends[backend], [k for k in keys if k in mine], rows,
+                                  settle, previous, run)
+        if deferred:
+            self._wait_for_others(deferred, rows, settle, previous, run, started)
         return costs
+
+    @property
+    def claim_stale_s(self) -> float:
+        """How long a claim stands without a heartbeat (one result of its run): the longest
+        a batch compile may take, plus a worker's start."""
+        return self.timeout_s * self.batch_size + 180.0
+
+    def _wait_for_others(self, keys: list[str],
+                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
+                         previous: Mapping[str, Measurement], run: _Run,
+                         started: float) -> None:
+        """Settle `keys`, claimed by other runs, with the rows those runs write (whatever
+        their status: they are this run's answers too); a key whose claim lapses (its run
+        ended or died without a row) is claimed and measured here."""
+        pending = list(keys)
+        while pending:
+            done = set()
+            for key, m in self.cache.get_many(pending).items():
+                if m.created >= started or self._is_hit(m):
+                    self.stats.shared += 1
+                    settle(key, m)
+                    done.add(key)
+            pending = [k for k in pending if k not in done]
+            mine = set(self.cache.claim(pending, self.claimant, self.claim_stale_s, started))
+            for backend in sorted({rows[k][0].name for k in mine}):
+                self._measure_backend(self.backends[backend],
+                                      [k for k in pending if k in mine and
+                                       rows[k][0].name == backend],
+                                      rows, settle, previous, run)
+            pending = [k for k in pending if k not in mine]
+            if pending and not mine:
+                self._sleep(CLAIM_POLL_S)
 
     def _is_hit(self, m: Measurement) -> bool:
         """Whether a cached row stands for this run: not an error, not marked stale, and not
@@ -365,6 +416,8 @@ class MeasuringEstimator(CostEstimator):
         """Measure `keys` on one backend's worker, each result into the cache as it comes.
         After the backend's first timeout on an op type, the regions holding that type
         that are still to measure are skipped in this run (errors, not cached)."""
+        if not keys:
+            return
         client = WorkerClient(self._worker_config(info))
         cleared = run.cleared.setdefault(info.name, set())
         hung: dict[str, str] = {}  # op type → why regions holding it are skipped
@@ -388,6 +441,7 @@ class MeasuringEstimator(CostEstimator):
                 m = before  # a stale row that could not be measured again keeps its cost
             else:
                 self.cache.put(m)
+                self.cache.beat(self.claimant)
             self._count(m)
             types = _op_types(sub_graph)
             if m.status == TIMEOUT:
@@ -409,6 +463,7 @@ class MeasuringEstimator(CostEstimator):
         finally:
             self.stats.restarts += client.restarts
             client.stop()
+            self.cache.release(keys, self.claimant)  # those not measured after all
 
     def _measurement(self, info: BackendInfo, key: str, rk: RegionKey, result: dict[str, Any],
                      before: Measurement | None, load: float) -> Measurement:

@@ -552,3 +552,109 @@ def test_cache_remeasure_noisy_has_the_next_run_measure_them_again(tmp_path, gra
         again = {r.key: r for r in est.cache.measurements()}
         assert not again[wide.key].stale and again[busy.key].load == 0.0
         assert again[wide.key].created > wide.created
+
+
+# -- concurrent runs share the work (issue 15 item 9) ---------------------------------------
+
+
+SHARING = """
+import json, os, sys, time
+sys.path.insert(0, {here!r})
+from test_measure import MODEL, FAST, NUMPY, single_op
+import onnx.parser
+from collage_mlir.importer import import_onnx
+from collage_mlir.dialects.func import find_function
+from collage_mlir.graph import DataflowGraph
+from collage_mlir.cost.measure import MeasuringEstimator
+module = import_onnx(onnx.parser.parse_model(MODEL))
+graph = DataflowGraph(find_function(module))
+est = MeasuringEstimator([NUMPY], cache_path=sys.argv[1], reference=NUMPY, settings=FAST)
+cands = single_op(graph, "numpy_test")
+open(sys.argv[2] + ".ready", "w").close()
+while not os.path.exists(sys.argv[2] + ".go"):  # start together
+    time.sleep(0.01)
+costs = est.estimate(cands)
+assert all(0 < c < float("inf") for c in costs), costs
+json.dump({{"measured": est.stats.measured, "shared": est.stats.shared}}, open(sys.argv[2], "w"))
+"""
+
+
+def test_two_runs_started_together_measure_each_region_once(tmp_path):
+    """Each key is measured by one run; the other waits for its row (without claims both
+    measured everything: 4 concurrent runs did 4x the work)."""
+    import json
+    import time
+
+    path = str(tmp_path / "shared.sqlite")
+    MeasurementCache(path).close()
+    script = SHARING.format(here=str(HERE))
+    outs = [tmp_path / f"run{k}.json" for k in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", script, path, str(o)]) for o in outs]
+    while not all(Path(f"{o}.ready").exists() for o in outs):
+        assert all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    for o in outs:
+        Path(f"{o}.go").touch()
+    assert [p.wait(timeout=180) for p in procs] == [0, 0]
+    stats = [json.loads(o.read_text()) for o in outs]
+    with MeasurementCache(path) as cache:
+        rows = cache.measurements()
+        assert cache.claims() == []  # every claim ended with its row
+    assert len(rows) == 4 and all(r.status == OK for r in rows)
+    assert sum(s["measured"] for s in stats) == 4  # each region once
+    assert sum(s["shared"] for s in stats) == 4  # the other run took its rows
+
+
+def test_a_run_waits_for_regions_another_live_run_claimed(tmp_path, graph):
+    """Keys claimed by another live claimant are not measured: the run waits, and takes the
+    rows that run writes."""
+    import dataclasses
+
+    from collage_mlir.cost.cache import Claimant
+
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:  # what the other run will have measured
+        est.estimate(cands)
+        theirs = est.cache.measurements()
+        est.cache.clear()
+    here = Claimant.here()
+    other = Claimant("other-run", os.getpid(), here.host, here.boot)  # alive: this process
+    with estimator(tmp_path, [NUMPY]) as est:
+        keys = [r.key for r in theirs]
+        assert est.cache.claim(keys[:2], other, 600, 0.0) == keys[:2]
+        naps = []
+
+        def nap(seconds):  # the other run finishes its rows while this one waits
+            naps.append(seconds)
+            est.cache.put_many(dataclasses.replace(r, created=r.created + 1e6)
+                               for r in theirs[:2])
+
+        est._sleep = nap
+        costs = est.estimate(cands)
+        assert all(0 < c < math.inf for c in costs)
+        assert len(naps) == 1 and est.stats.shared == 2 and est.stats.measured == 2
+        assert est.cache.claims() == []
+
+
+def test_claims_of_a_dead_run_expire(tmp_path, graph):
+    from collage_mlir.cost.cache import Claimant
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        keys = [est.key(c) for c in cands]
+        here = Claimant.here()
+        gone = Claimant("dead-run", dead.pid, here.host, here.boot)
+        assert est.cache.claim(keys, gone, 600, 0.0) == list(dict.fromkeys(keys))
+        # from another host a pid says nothing: there a claim stands till its heartbeat ages
+        remote = Claimant("remote-run", dead.pid, "elsewhere", "")
+        assert est.cache.claim(keys, remote, 600, 0.0) == []
+        assert len(est.cache.claim(keys, remote, -1.0, 0.0)) == 4  # aged: taken over
+        est.cache.release(keys, remote)
+        est.cache.claim(keys, gone, 600, 0.0)  # the dead run's claims again
+        assert {c[1] for c in est.cache.claims()} == {"dead-run"}
+        est._sleep = lambda s: pytest.fail("waited for a dead run")
+        costs = est.estimate(cands)
+        assert all(0 < c < math.inf for c in costs) and est.stats.measured == 4
+        assert est.cache.claims() == []
