@@ -11,16 +11,15 @@ from collage_mlir.errors import CollageError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from collage_mlir.cost.cache import BUSY_LOAD, NOISY_SPREAD
-    from collage_mlir.tools.args import positive_float
+    from collage_mlir.tools.args import add_cache_argument, positive_float
 
     p.add_argument("action", choices=("stats", "list", "clear", "remeasure"),
                    help="stats: entries per backend and status; list: every entry; "
                         "clear: delete entries; remeasure --noisy: have the noisy entries "
                         "measured again by the next run that needs them")
-    p.add_argument("--cache", default=None,
-                   help="cache file (default $COLLAGE_CACHE or ~/.cache/collage_mlir/cache.sqlite)")
-    p.add_argument("--backend", default=None,
-                   help="only this backend (list, clear, remeasure)")
+    add_cache_argument(p)
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="only this backend (list, clear, remeasure; default: every backend)")
     p.add_argument("--noisy", action="store_true",
                    help="remeasure: the ok entries whose spread or machine load was too high")
     p.add_argument("--max-spread", type=positive_float, default=NOISY_SPREAD,

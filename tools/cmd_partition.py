@@ -11,19 +11,11 @@ from collage_mlir.tools.args import (
     add_input_shape_argument,
     backend_names,
     check_output_dir,
+    cost_table_format,
     input_shapes,
     positive_float,
     positive_int,
 )
-
-
-def cost_table_help() -> str:
-    """The `--cost table:FILE` format, for `--help`: the table estimator's own description
-    (collage_mlir/cost/table.py) from its "Format" paragraph on, so the two cannot differ."""
-    from collage_mlir.cost import table
-
-    doc = table.__doc__ or ""
-    return "--cost table:FILE reads a JSON cost table.\n" + doc[doc.find("Format"):].strip()
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +39,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")
-    p.epilog = cost_table_help()
+    p.epilog = "--cost table:FILE reads a JSON cost table.\n" + cost_table_format()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
