@@ -29,6 +29,7 @@ timeout and attempts too and are retried by `TRANSITION_RETRY`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -37,13 +38,16 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 from collage_mlir.errors import CollageError
 from collage_mlir.paths import user_path
+
+T = TypeVar("T")
 
 OK, INVALID, ERROR, TIMEOUT = "ok", "invalid", "error", "timeout"
 STATUSES = (OK, INVALID, ERROR, TIMEOUT)
@@ -254,6 +258,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _damaged_is_an_error(read: Callable[..., T]) -> Callable[..., T]:
+    """A read that finds the file damaged (a malformed page, a value SQLite cannot give
+    back) raises one CollageError naming the cache, not an internal error."""
+    @functools.wraps(read)
+    def guarded(self: MeasurementCache, *args: Any, **kwargs: Any) -> T:
+        try:
+            return read(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, UnicodeDecodeError, ValueError, TypeError) as e:
+            raise CollageError(f"{self.path}: damaged measurement cache ({e}); move it away "
+                               "or pass another --cache") from None
+    return guarded
+
+
+def _text(data: bytes) -> str:
+    """TEXT columns as str; a byte a damaged file turned into invalid UTF-8 becomes U+FFFD."""
+    return data.decode("utf-8", "replace")
+
+
 def _read_only(path: Path) -> CollageError:
     return CollageError(f"{path}: the cache is read-only and measuring must store results; "
                         "pass a writable --cache (`cache stats` / `list` can read it)")
@@ -267,7 +289,8 @@ class MeasurementCache:
         self.readonly = readonly
         try:
             self._conn = self._open()
-        except sqlite3.DatabaseError as e:  # not SQLite, truncated, or not ours
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # not SQLite, truncated,
+            # not ours, or a damaged schema (whose error message is not even UTF-8)
             if "readonly" in str(e):
                 raise _read_only(self.path) from None
             raise CollageError(f"{self.path}: not a usable measurement cache ({e}); move it "
@@ -281,6 +304,7 @@ class MeasurementCache:
                 raise CollageError(f"{self.path}: no cache here")
             conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
                                    timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn.text_factory = _text
             conn.execute("SELECT count(*) FROM measurements").fetchone()
             return conn
         parent = self.path.parent
@@ -290,6 +314,7 @@ class MeasurementCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S,
                                isolation_level=None, check_same_thread=False)
+        conn.text_factory = _text
         self._conn = conn
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
@@ -384,6 +409,7 @@ class MeasurementCache:
             self._conn.execute("UPDATE claims SET beat = ? WHERE owner = ?",
                                (time.time(), me.token))
 
+    @_damaged_is_an_error
     def claims(self) -> list[tuple[str, str, int]]:
         """(key, owner token, pid) of every claim."""
         return list(self._conn.execute("SELECT key, owner, pid FROM claims ORDER BY key"))
@@ -391,6 +417,7 @@ class MeasurementCache:
     def get(self, key: str) -> Measurement | None:
         return self.get_many([key]).get(key)
 
+    @_damaged_is_an_error
     def get_many(self, keys: Iterable[str]) -> dict[str, Measurement]:
         """Rows for the keys that are cached (in chunks: SQLite limits bound parameters)."""
         keys = list(dict.fromkeys(keys))
@@ -402,6 +429,7 @@ class MeasurementCache:
                 out[row[0]] = _measurement(row)
         return out
 
+    @_damaged_is_an_error
     def measurements(self, backend: str | None = None) -> list[Measurement]:
         q, args = "SELECT * FROM measurements", ()
         if backend is not None:
@@ -429,10 +457,12 @@ class MeasurementCache:
         with self._write():
             self._conn.execute(_insert("transitions", TRANSITION_COLUMNS), tuple(row.values()))
 
+    @_damaged_is_an_error
     def get_transition(self, key: str) -> Transition | None:
         row = self._conn.execute("SELECT * FROM transitions WHERE key = ?", (key,)).fetchone()
         return _transition(row) if row else None
 
+    @_damaged_is_an_error
     def transitions(self) -> list[Transition]:
         rows = self._conn.execute("SELECT * FROM transitions ORDER BY src, dst")
         return [_transition(r) for r in rows]
@@ -446,6 +476,7 @@ class MeasurementCache:
             self._conn.execute("INSERT OR REPLACE INTO capabilities VALUES (?, ?, ?, ?)",
                                (key, backend, format(bits, "x"), time.time()))
 
+    @_damaged_is_an_error
     def get_capability(self, key: str) -> int | None:
         row = self._conn.execute("SELECT bits FROM capabilities WHERE key = ?",
                                  (key,)).fetchone()
@@ -453,6 +484,7 @@ class MeasurementCache:
 
     # -- maintenance --------------------------------------------------------------------
 
+    @_damaged_is_an_error
     def stats(self) -> dict:
         """Entries per backend and status, transitions, and the file size in bytes."""
         per: dict[str, dict[str, int]] = {}

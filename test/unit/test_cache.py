@@ -339,3 +339,23 @@ def test_a_schema_1_cache_is_migrated_with_every_row_kept(tmp_path):
         assert len(c.measurements()) == 4
     schema = sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'")
     assert schema.fetchone()[0] == str(SCHEMA_VERSION) == "2"
+
+
+def test_a_damaged_text_value_is_read_not_an_internal_error(tmp_path):
+    """A flipped bit that leaves a TEXT value invalid UTF-8 (the robustness suite's
+    bit-flipped caches) reads as U+FFFD; an unreadable value is one CollageError."""
+    import sqlite3
+
+    from collage_mlir.errors import CollageError
+
+    path = tmp_path / "c.sqlite"
+    with MeasurementCache(path) as c:
+        c.put(_row("a"))
+        c.put_transition(Transition("t", "x", "y", "h", OK, 1e-5, 2e-10, [(1024, 1.2e-5)]))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE measurements SET signature = CAST(X'52656c75ff' AS TEXT)")
+        conn.execute("UPDATE transitions SET points = '[[1024, '")
+    with MeasurementCache(path, readonly=True) as c:
+        assert c.get("a").signature == "Relu\ufffd"
+        with pytest.raises(CollageError, match="damaged measurement cache"):
+            c.transitions()
