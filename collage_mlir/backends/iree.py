@@ -43,6 +43,7 @@ SMALL_CONSTANT = 16
 
 _FUNC = re.compile(r"func\.func @([\w$.-]+)")
 _ERROR_LINE = re.compile(r"regions\.mlir:(\d+):\d+: error:")
+_SCRATCH_SOURCE = re.compile(r"\S*/collage-iree-\w+/regions\.mlir")
 _OP_NAME = re.compile(r'name = "(onnx\.\w+)"')
 _DIMS = re.compile(r"\[([-?\d,]*)\]")
 _support: dict[str, bool] = {}
@@ -356,10 +357,12 @@ class _JointFailure(Exception):
 
 
 def _short(error: Exception) -> Exception:
-    """iree-compile errors carry pages of text; keep the first diagnostic line."""
-    lines = [ln for ln in str(error).splitlines() if "error:" in ln]
+    """iree-compile errors carry pages of text; keep the first diagnostic line (with the
+    scratch directory left out of its location: the reason is cached and compared)."""
+    text = _SCRATCH_SOURCE.sub("regions.mlir", str(error))
+    lines = [ln for ln in text.splitlines() if "error:" in ln]
     if not lines:
-        return RuntimeError(f"iree-compile failed: {error}")
+        return RuntimeError(f"iree-compile failed: {text}")
     op = _OP_NAME.search(lines[0])
     if op and "failed to legalize" in lines[0]:
         return RuntimeError(f"iree-compile cannot lower {op.group(1)} ({lines[0].split(': error')[0]})")

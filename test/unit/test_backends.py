@@ -187,3 +187,8 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     np.testing.assert_allclose(k0.run([x])[0], np.maximum(x, 0))
     (want,) = OnnxRuntimeBackend().compile(modules[2]).run([x])
     np.testing.assert_allclose(k2.run([x])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_iree_failure_reasons_do_not_name_the_scratch_directory() -> None:
+    error = RuntimeError("Diagnostics:\n/tmp/collage-iree-a1b2/regions.mlir:34:10: error: bad op")
+    assert str(iree_backend._short(error)) == "iree-compile failed: regions.mlir:34:10: error: bad op"
