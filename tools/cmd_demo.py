@@ -11,8 +11,11 @@ run's noise, printed beside every ratio, and a difference within it is called a 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "alexnet.onnx"
 CONTROL_SUFFIX = " #2 (control)"
 """Appended to a backend's contender name for its second instance."""
+HEARTBEAT_S = 30.0
+"""Seconds between `still partitioning` lines when the progress bars are off."""
 CONTROL_ROUNDS = 3
 """Rounds of the short pre-run that picks the fastest backend alone as the control."""
 
@@ -44,6 +49,33 @@ def say(text: str = "") -> None:
     print(text, flush=True)
 
 
+@contextlib.contextmanager
+def heartbeat(label: str, enabled: bool = True, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, say `label: N s so far` every `every_s` seconds: when stderr
+    is not a terminal the progress bars are off, and a minute of silence looks like a hang."""
+    if not enabled:
+        yield
+        return
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            say(f"  {label}: {time.perf_counter() - t0:.0f} s so far ...")
+
+    thread = threading.Thread(target=beat, name="demo-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _isatty(stream) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
 def run(args: argparse.Namespace) -> int:
     import collage_mlir
     from collage_mlir.check.compare import time_side_by_side
@@ -56,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     say("partitioning: import, annotate, measure (or read the cache; a minute or two when "
         "it is empty), search, outline, compile ...")
     t0 = time.perf_counter()
-    model = cmd_partition.compile_from_args(args.model, args, backends=used)
+    with heartbeat("partitioning", enabled=not _isatty(sys.stderr)):
+        model = cmd_partition.compile_from_args(args.model, args, backends=used)
     say(f"partitioned in {time.perf_counter() - t0:.1f} s\n")
     say(model.report())
     note = check_note(model, args)
@@ -132,8 +165,7 @@ def check_note(model: PartitionedModel, args: argparse.Namespace) -> str | None:
     elif args.cost != "measure":
         why = f"costs came from {args.cost}, and only measured costs are checked"
     else:
-        why = (f"no other backend's whole model was estimated within {MARGIN}x of the pick "
-               "(or could run whole)")
+        why = f"no other backend's whole model was estimated within {MARGIN}x of the pick"
     return f"end-to-end check: not run ({why}); the side-by-side timing below still compares"
 
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,6 +176,24 @@ def test_demo_says_what_it_uses_before_it_partitions(model, monkeypatch) -> None
     with pytest.raises(_Stop):
         cmd_demo.run(args)
     assert f"model: {model}\nbackends: onnxruntime\npartitioning:" in seen[0]
+
+
+def test_demo_heartbeat_speaks_while_partitioning_and_stops_after(monkeypatch) -> None:
+    said: list[str] = []
+    spoke = threading.Event()
+
+    def record(text: str = "") -> None:
+        said.append(text)
+        spoke.set()
+
+    monkeypatch.setattr(cmd_demo, "say", record)
+    with cmd_demo.heartbeat("partitioning", every_s=0.001):
+        assert spoke.wait(timeout=60)
+    after = len(said)
+    assert said[0].startswith("  partitioning: ") and said[0].endswith(" s so far ..."), said
+    with cmd_demo.heartbeat("partitioning", enabled=False):
+        pass
+    assert len(said) == after  # joined: no beat after its block, none when disabled
 
 
 class _Ghost:
