@@ -420,7 +420,7 @@ class MeasuringEstimator(CostEstimator):
             return
         client = WorkerClient(self._worker_config(info))
         cleared = run.cleared.setdefault(info.name, set())
-        hung: dict[str, str] = {}  # op type → why regions holding it are skipped
+        hung = run.hung.setdefault(info.name, {})
         load = self.load_probe()
 
         def on_result(key: str, result: dict[str, Any]) -> None:
@@ -597,6 +597,8 @@ class _Run:
 
     cleared: dict[str, set[str]] = field(default_factory=dict)
     """backend → op types it did not hang on in this run (cached rows included)."""
+    hung: dict[str, dict[str, str]] = field(default_factory=dict)
+    """backend → op type it hung on in this run → why its other regions are skipped."""
 
 
 def _reason_key(candidate: CandidatePartition) -> tuple[str, int]:

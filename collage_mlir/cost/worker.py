@@ -106,28 +106,27 @@ class Worker:
                   options=self.backend.cache_options(), reference_error=reference_error)
 
     def measure(self, msg: dict[str, Any]) -> None:
-        from collage_mlir.importer import parse_mlir
-
+        """Measure the command's items. One at a time, each is parsed after its `start`
+        (its parse counts against its own timeout, not the first item's); a batch is
+        parsed and compiled together after `compiling`."""
         items = msg["items"]
-        modules, kernels = [], []
-        for item in items:
-            try:
-                modules.append(parse_mlir(item["text"], f"region {item['id']}"))
-            except Exception as e:
-                modules.append(e)
-            item["text"] = None  # a whole model's text is twice its weights: free it now
         if msg.get("batch") and len(items) > 1:
             self.send(event="compiling", ids=[i["id"] for i in items])
+            modules = [_parse(item) for item in items]
             good = [m for m in modules if not isinstance(m, Exception)]
             try:
                 compiled = iter(self.backend.compile_many(good))
             except Exception as e:  # the batch failed as a whole: each item says so
                 compiled = iter([e] * len(good))
             kernels = [m if isinstance(m, Exception) else next(compiled) for m in modules]
-        for k, item in enumerate(items):
-            self.send(event="start", id=item["id"])
-            kernel = kernels[k] if kernels else None
-            self.send(event="result", id=item["id"], **self.measure_one(modules[k], kernel))
+            for item, module, kernel in zip(items, modules, kernels, strict=True):
+                self.send(event="start", id=item["id"])
+                self.send(event="result", id=item["id"], **self.measure_one(module, kernel))
+        else:
+            for item in items:
+                self.send(event="start", id=item["id"])
+                self.send(event="result", id=item["id"],
+                          **self.measure_one(_parse(item), None))
         self.send(event="done")
 
     def measure_one(self, module: Any, kernel: Any) -> dict[str, Any]:
@@ -196,6 +195,19 @@ class Worker:
         forward, backward = measure_points(self.backend, dst)
         self.send(event="transition", forward=forward, backward=backward,
                   dst_version=dst.version)
+
+
+def _parse(item: dict[str, Any]) -> Any:
+    """The item's module, or the exception that parsing it raised; its text is dropped (a
+    whole model's text is twice its weights)."""
+    from collage_mlir.importer import parse_mlir
+
+    try:
+        return parse_mlir(item["text"], f"region {item['id']}")
+    except Exception as e:
+        return e
+    finally:
+        item["text"] = None
 
 
 def _one_line(e: BaseException) -> str:

@@ -658,3 +658,38 @@ def test_claims_of_a_dead_run_expire(tmp_path, graph):
         costs = est.estimate(cands)
         assert all(0 < c < math.inf for c in costs) and est.stats.measured == 4
         assert est.cache.claims() == []
+
+
+def test_the_worker_parses_each_region_after_its_start(monkeypatch, graph):
+    """One at a time, a region's parse counts against its own timeout: before, every
+    region of the command was parsed before the first `start`, and a tight timeout blamed
+    the first region (and, after a timeout, skipped its op types) for the others' parses."""
+    import json
+
+    from collage_mlir import importer
+    from collage_mlir.cost.key import module_text
+    from collage_mlir.cost.protocol import settings_dict
+    from collage_mlir.cost.worker import Worker
+
+    events: list[str] = []
+    parse = importer.parse_mlir
+
+    def spy(text, label):
+        events.append(f"parse {label.split()[-1]}")
+        return parse(text, label)
+
+    class Channel:
+        def write(self, line: str) -> None:
+            msg = json.loads(line)
+            if msg["event"] in ("start", "result"):
+                events.append(f"{msg['event']} {msg['id']}")
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(importer, "parse_mlir", spy)
+    worker = Worker(Channel())
+    worker.init({"backend": {"target": NUMPY}, "settings": settings_dict(FAST)})
+    texts = [module_text(c.sub_graph.extract("r")) for c in single_op(graph, "numpy_test")[:2]]
+    worker.measure({"items": [{"id": str(k), "text": t} for k, t in enumerate(texts)]})
+    assert events == ["start 0", "parse 0", "result 0", "start 1", "parse 1", "result 1"]
