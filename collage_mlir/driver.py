@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import onnx
@@ -27,6 +27,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
+from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.importer import import_onnx, parse_mlir
@@ -281,8 +282,18 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
     """Every phase in order. A given `estimator` stays open (its owner closes it); by
     default the end-to-end check runs only when costs are measured here."""
     timings: dict[str, float] = {}
-    with _timed(timings, "import"):
-        module = load(model, options.input_shapes)
+    with ExitStack() as stack:
+        with _timed(timings, "import"):
+            module = load(model, options.input_shapes)
+            stack.enter_context(weight_store(module))
+        return _partition_module(module, options, estimator, timings)
+
+
+def _partition_module(module: ir.Module, options: PartitionOptions,
+                      estimator: CostEstimator | None, timings: dict[str, float]
+                      ) -> PartitionedModel:
+    """`partition` after the import, while the model's weights are in a store that every
+    export refers to (`export.resources.weight_store`) rather than copies."""
     names = usable_backends(options.backends)
     with _timed(timings, "annotate"):
         graph = entry_graph(module)
@@ -314,6 +325,7 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
         with _timed(timings, "verify"):
             verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s)
             if kept is not None:
+                result = None  # the pick's kernels go before the kept model is compiled
                 result = build(pristine, kept)
     return result.with_record(verdict=verdict, candidates=candidates,
                               backends_considered=names, timings=timings, rejected=rejected)

@@ -60,7 +60,7 @@ from collage_mlir.cost.protocol import (
     shares_compiles,
 )
 from collage_mlir.errors import CollageError
-from collage_mlir.export.resources import WeightStore, portable_text
+from collage_mlir.export.resources import WeightStore, portable_text, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 
@@ -268,20 +268,25 @@ class MeasuringEstimator(CostEstimator):
         return self._graphs[graph]
 
     def _store(self, graph: DataflowGraph) -> WeightStore | None:
-        """The weight store of the graph's module, written once per graph into this
-        estimator's scratch directory; None (regions then carry their weights) if it fails."""
+        """The weight store of the graph's module: the one it names (the driver writes one
+        while it partitions), else one written once per graph into this estimator's scratch
+        directory; None (regions then carry their weights) if that fails."""
         memo = self._memo(graph)
         if not memo.store_tried:
             memo.store_tried = True
-            try:
-                if self._scratch is None:
-                    self._scratch = tempfile.TemporaryDirectory(prefix="collage-weights-")
-                directory = Path(self._scratch.name) / str(self._stores_written)
-                self._stores_written += 1
-                memo.store = WeightStore.write(graph.func_op.parent, directory)
-            except OSError as e:
-                log.warning("cannot write a weight store (%s); regions carry their weights", e)
+            memo.store = store_of(graph.func_op.parent) or self._write_store(graph)
         return memo.store
+
+    def _write_store(self, graph: DataflowGraph) -> WeightStore | None:
+        try:
+            if self._scratch is None:
+                self._scratch = tempfile.TemporaryDirectory(prefix="collage-weights-")
+            directory = Path(self._scratch.name) / str(self._stores_written)
+            self._stores_written += 1
+            return WeightStore.write(graph.func_op.parent, directory)
+        except OSError as e:
+            log.warning("cannot write a weight store (%s); regions carry their weights", e)
+            return None
 
     def region_text(self, sub_graph: SubGraph) -> str:
         """The extracted region as the worker parses it: large weights stay in the graph's
