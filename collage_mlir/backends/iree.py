@@ -39,6 +39,9 @@ DEFAULT_FLAGS = (
 DRIVER = "local-task"
 _OPSET = onnx_view.META_PREFIX + "opset_version"
 SMALL_CONSTANT = 16
+JOINT_WEIGHT_BYTES = 64 << 20
+"""One joint compile takes regions until their constants add up to this much: iree-compile
+holds all of them at once, overlapping regions each with their own copy."""
 """Constant operands up to this many elements are part of an op signature (shapes, axes)."""
 
 _FUNC = re.compile(r"func\.func @([\w$.-]+)")
@@ -288,6 +291,15 @@ class IreeBackend(Backend):
         return result
 
     def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
+        """Regions in as few compiles as their weights allow (`JOINT_WEIGHT_BYTES`)."""
+        results: list[Kernel | Exception] = [RuntimeError("not compiled")] * len(modules)
+        for batch in _weight_batches(modules):
+            for i, kernel in zip(batch, self._compile_batch([modules[i] for i in batch]),
+                                 strict=True):
+                results[i] = kernel
+        return results
+
+    def _compile_batch(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
         """All regions in one compile; regions the errors point at fail alone and the rest
         are compiled together again; unplaceable errors fall back to one compile each."""
         results: list[Kernel | Exception | None] = [None] * len(modules)
@@ -301,7 +313,7 @@ class IreeBackend(Backend):
                     break
                 if not failure.bad:
                     for i in pending:
-                        results[i] = self.compile_many([modules[i]])[0]
+                        results[i] = self._compile_batch([modules[i]])[0]
                     break
                 for k in failure.bad:
                     results[pending[k]] = _short(failure.error)
@@ -346,6 +358,28 @@ class IreeBackend(Backend):
 
     def cache_options(self) -> str:
         return f"threads={self.threads},flags={' '.join(self.flags)}"
+
+
+def _constant_bytes(module: ir.Module) -> int:
+    """Bytes of the constants in a region module's function."""
+    ops = _only_function(module).regions[0].blocks[0].operations
+    return sum(onnx_view.tensor_nbytes(r.type) for op in ops
+               if onnx_view.op_type(op.operation) == "Constant" for r in op.operation.results)
+
+
+def _weight_batches(modules: Sequence[ir.Module]) -> list[list[int]]:
+    """Consecutive runs of module indices whose constants stay within JOINT_WEIGHT_BYTES (a
+    module above it is a batch of its own)."""
+    batches: list[list[int]] = []
+    total = JOINT_WEIGHT_BYTES + 1
+    for i, module in enumerate(modules):
+        size = _constant_bytes(module)
+        if total + size > JOINT_WEIGHT_BYTES:
+            batches.append([])
+            total = 0
+        batches[-1].append(i)
+        total += size
+    return batches
 
 
 class _JointFailure(Exception):

@@ -192,3 +192,26 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
 def test_iree_failure_reasons_do_not_name_the_scratch_directory() -> None:
     error = RuntimeError("Diagnostics:\n/tmp/collage-iree-a1b2/regions.mlir:34:10: error: bad op")
     assert str(iree_backend._short(error)) == "iree-compile failed: regions.mlir:34:10: error: bad op"
+
+
+def test_iree_joint_compiles_are_bounded_by_the_regions_weights(monkeypatch) -> None:
+    backend = _backend("iree")
+    graph = _graph('''g (float[1,64] x) => (float[1,64] y) {
+      w = Constant<value = float[64,64] {''' + ",".join(["0.5"] * 4096) + '''}>()
+      a = MatMul(x, w)
+      b = MatMul(a, w)
+      y = MatMul(b, w)
+    }''')
+    matmuls = [n for n in graph.op_nodes() if n.op_type == "MatMul"]
+    modules = [SubGraph(graph, 1 << n.index).extract(f"r{k}") for k, n in enumerate(matmuls)]
+    assert [iree_backend._constant_bytes(m) for m in modules] == [16384] * 3
+    monkeypatch.setattr(iree_backend, "JOINT_WEIGHT_BYTES", 40000)  # two weights fit, not three
+    calls = []
+    real = iree_backend._compile
+    monkeypatch.setattr(iree_backend, "_compile", lambda *a: (calls.append(a), real(*a))[1])
+    kernels = backend.compile_many(modules)
+    assert len(calls) == 2
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    for kernel in kernels:
+        np.testing.assert_allclose(kernel.run([x])[0], x @ np.full((64, 64), 0.5, np.float32),
+                                   rtol=1e-4, atol=1e-4)
