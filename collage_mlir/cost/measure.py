@@ -23,10 +23,12 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from collage_mlir.backends.registry import GROUP as BACKEND_GROUP
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost import transition as transition_mod
 from collage_mlir.cost.base import CostEstimator, Progress
@@ -128,12 +130,24 @@ def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> Ba
         raise
     except Exception as e:
         raise CollageError(f"backend '{target}' cannot be loaded: {e}") from None
+    spec["target"] = _worker_target(target, type(backend))
     roots = ()
-    if ":" in target:
-        root = _module_root(target.partition(":")[0])
+    if ":" in spec["target"]:
+        root = _module_root(spec["target"].partition(":")[0])
         roots = (root,) if root else ()
     return BackendInfo(spec, backend.name, backend.version, backend.cache_options(),
                        shares_compiles(backend), roots)
+
+
+def _worker_target(target: str, cls: type) -> str:
+    """How a worker process loads the backend: as named, unless the name was registered in
+    this process only (`register_backend`: a worker, a fresh process, does not know it),
+    then by its `module:Class` path where it has one."""
+    if ":" in target or target in {ep.name for ep in entry_points(group=BACKEND_GROUP)}:
+        return target
+    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+        return target
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def require_known(target: str) -> None:

@@ -118,3 +118,24 @@ def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
     assert (seen["timeout_s"], seen["measure_budget_s"]) == (5.0, 0.25)
     assert main(argv) == 1
     assert (seen["timeout_s"], seen["measure_budget_s"]) == (60.0, None)
+
+
+def test_compile_measures_with_its_timeout_and_a_hang_costs_one_timeout(tmp_path, doubles,
+                                                                        monkeypatch):
+    """End to end through `compile(timeout_s=...)`: backends registered in this process are
+    measured by name (workers load them by module path), the hanging backend's first
+    Sigmoid region times out after 1.5 s, its other Sigmoid regions are skipped, and the
+    report says so."""
+    monkeypatch.setenv("COLLAGE_FAULT_MODE", "hang")
+    monkeypatch.setenv("COLLAGE_FAULT_ON", "Sigmoid")
+    model = collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["numpy_test", "fault"],
+                                 cache=tmp_path / "c.sqlite", timeout_s=1.5,
+                                 measure_budget_s=0.02, verify=False, max_depth=2)
+    groups = {g.reason: g for g in model.rejected if g.backend == "fault"}
+    assert groups["timeout: timed out after 1.5 s while measuring"].count == 1
+    skipped = groups["error: skipped: fault hung on Sigmoid earlier in this run"]
+    holding = [c for c in model.candidates if c.backend == "fault" and "Sigmoid" in
+               {c.sub_graph.graph.nodes[i].op_type for i in c.sub_graph.nodes}]
+    assert skipped.count == len(holding) - 1 >= 2  # all but the one that hung
+    assert "skipped: fault hung on Sigmoid earlier in this run" in model.report()
+    assert all(r.backend != "fault" or "Sigmoid" not in r.op_types for r in model.report_rows)
