@@ -11,7 +11,13 @@ from collage_mlir.errors import CollageError
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from collage_mlir.cost.cache import BUSY_LOAD, NOISY_SPREAD
-    from collage_mlir.tools.args import add_cache_argument, positive_float
+    from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
+    from collage_mlir.tools.args import (
+        add_cache_argument,
+        add_input_shape_argument,
+        positive_float,
+        positive_int,
+    )
 
     p.add_argument("action", choices=("stats", "list", "clear", "remeasure"),
                    help="stats: entries per backend and status; list: every entry; "
@@ -28,6 +34,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-load", type=positive_float, default=BUSY_LOAD,
                    help="remeasure --noisy: other runnable tasks per core while measuring above "
                         f"which an entry is noisy (default {BUSY_LOAD})")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="remeasure: measure the marked entries of this model's candidates now "
+                        "(default: none, the next run that needs them measures them)")
+    p.add_argument("--backends", default="", metavar="NAME,...",
+                   help="remeasure --model: the backends whose candidates to measure (default: "
+                        "every backend installed and usable here)")
+    p.add_argument("--max-depth", type=positive_int, default=DEFAULT_MAX_DEPTH, metavar="N",
+                   help="remeasure --model: candidate depth, as `partition --max-depth`")
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                   help="remeasure --model: seconds one candidate may take")
+    add_input_shape_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "list":
             _list(cache, args.backend)
         elif args.action == "remeasure":
-            _remeasure_noisy(cache, args.backend, args.max_spread, args.max_load)
+            marked = _remeasure_noisy(cache, args.backend, args.max_spread, args.max_load)
+            if args.model:
+                _remeasure_model(args, cache.path, marked)
         else:
             n = cache.clear(args.backend)
             which = f" of {args.backend}" if args.backend else ""
@@ -82,10 +101,12 @@ def _list(cache, backend: str | None) -> None:
         sys.stdout.write(f"transition {t.src} -> {t.dst}: {t.status} {desc}\n")
 
 
-def _remeasure_noisy(cache, backend: str | None, max_spread: float, max_load: float) -> None:
+def _remeasure_noisy(cache, backend: str | None, max_spread: float,
+                     max_load: float) -> set[str]:
     """Mark the ok entries measured with a wide spread or on a busy machine: the next
-    `measure` / `partition` that needs one measures it again (its cost stands till then).
-    Region texts are not cached, so the re-measuring is left to the run that has the model."""
+    `measure` / `partition` that needs one measures it again (its cost stands till then;
+    region texts are not cached, so a run that has the model does it). Returns every key
+    now marked (earlier marks included)."""
     noisy = [m for m in cache.measurements(backend) if m.status == "ok" and (
         (m.spread or 0.0) > max_spread or (m.load or 0.0) > max_load)]
     n = cache.mark_stale(m.key for m in noisy)
@@ -93,3 +114,27 @@ def _remeasure_noisy(cache, backend: str | None, max_spread: float, max_load: fl
     sys.stdout.write(f"marked {n} noisy measurements in {cache.path} ({wide} with spread > "
                      f"{max_spread:g}, {n - wide} only with load > {max_load:g}): the next "
                      "`measure` or `partition` that needs them measures them again\n")
+    return {m.key for m in cache.measurements(backend) if m.stale}
+
+
+def _remeasure_model(args: argparse.Namespace, path, marked: set[str]) -> None:
+    """Measure now the marked entries among the model's candidates (as `partition` makes
+    them); entries of other models stay marked."""
+    from collage_mlir import driver
+    from collage_mlir.graph import SubGraphConfig
+    from collage_mlir.tools.args import backend_names, input_shapes
+
+    module = driver.load(args.model, input_shapes(args))
+    graph = driver.entry_graph(module)
+    names = driver.usable_backends(backend_names(args),
+                                   say=lambda m: sys.stderr.write(m + "\n"))
+    config = SubGraphConfig(max_exits=driver.DEFAULT_MAX_EXITS, allow_taps=False,
+                            max_depth=args.max_depth)
+    candidates = driver.annotate(graph, names, config)
+    with driver.make_estimator("measure", names, path, args.timeout) as est:
+        again = [c for c in candidates if est.key(c) in marked]
+        est.estimate(again)
+        s = est.stats
+    sys.stdout.write(f"measured {s.measured} marked entries of {args.model} again "
+                     f"({s.invalid + s.timeouts + s.errors} failed, {s.busy} on a busy machine); "
+                     f"{len(marked) - s.measured} stay marked\n")

@@ -139,3 +139,32 @@ def test_compile_measures_with_its_timeout_and_a_hang_costs_one_timeout(tmp_path
     assert skipped.count == len(holding) - 1 >= 2  # all but the one that hung
     assert "skipped: fault hung on Sigmoid earlier in this run" in model.report()
     assert all(r.backend != "fault" or "Sigmoid" not in r.op_types for r in model.report_rows)
+
+
+def test_cache_remeasure_noisy_with_a_model_measures_them_now(tmp_path, doubles, capsys):
+    import dataclasses
+
+    from collage_mlir.tools.cli import main
+
+    path = tmp_path / "c.sqlite"
+    module = collage_mlir.import_onnx(onnx.parser.parse_model(MODEL))
+    graph = driver.entry_graph(module)
+    singles = [c for c in driver.annotate(graph, ["numpy_test"],
+                                          driver.SubGraphConfig(max_depth=1))]
+    settings = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02)  # keyed as
+    with MeasuringEstimator([NUMPY], cache_path=path, settings=settings,  # the CLI's
+                            load_probe=lambda: 0.0) as est:
+        est.estimate(singles)
+        rows = [dataclasses.replace(r, spread=0.1) for r in est.cache.measurements()]
+        noisy = dataclasses.replace(rows[0], spread=0.9)
+        est.cache.put_many([noisy, *rows[1:]])
+    onnx.save(onnx.parser.parse_model(MODEL), str(tmp_path / "m.onnx"))
+    assert main(["cache", "remeasure", "--noisy", "--cache", str(path), "--model",
+                 str(tmp_path / "m.onnx"), "--backends", "numpy_test"]) == 0
+    out = capsys.readouterr().out
+    assert "marked 1 noisy measurements" in out
+    assert "measured 1 marked entries of" in out and "0 stay marked" in out
+    with MeasuringEstimator([NUMPY], cache_path=path) as est:
+        again = est.cache.get(noisy.key)
+        assert not again.stale and again.created > noisy.created
+        assert len(est.cache.measurements()) == len(rows)  # nothing else measured
