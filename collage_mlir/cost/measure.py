@@ -447,6 +447,10 @@ class MeasuringEstimator(CostEstimator):
             _, sub_graph, rk = rows[key]
             if result.get("skipped"):
                 self.stats.skipped += 1
+                before = previous.get(key)
+                if before is not None and before.status == OK:
+                    settle(key, before)  # a stale row keeps its cost
+                    return
                 settle(key, Measurement(
                     key=key, region=rk.digest, backend=info.name, version=info.version,
                     options=info.options, host=host_fingerprint(), signature=rk.signature,
@@ -456,8 +460,9 @@ class MeasuringEstimator(CostEstimator):
             before = previous.get(key)
             m = self._measurement(info, key, rk, result, before, max(load, now))
             load = now
-            if m.status == ERROR and before is not None and before.status == OK:
-                m = before  # a stale row that could not be measured again keeps its cost
+            kept = m
+            if m.status in (ERROR, TIMEOUT) and before is not None and before.status == OK:
+                kept = before  # a stale row not measured again (busy, broken) keeps its cost
             else:
                 self.cache.put(m)
                 self.cache.beat(self.claimant)
@@ -470,7 +475,7 @@ class MeasuringEstimator(CostEstimator):
                 cleared.update(types)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
-            settle(key, m)
+            settle(key, kept)
 
         def skip(key: str) -> str | None:
             return next((hung[t] for t in sorted(_op_types(rows[key][1])) if t in hung), None)

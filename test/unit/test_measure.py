@@ -693,3 +693,14 @@ def test_the_worker_parses_each_region_after_its_start(monkeypatch, graph):
     texts = [module_text(c.sub_graph.extract("r")) for c in single_op(graph, "numpy_test")[:2]]
     worker.measure({"items": [{"id": str(k), "text": t} for k, t in enumerate(texts)]})
     assert events == ["start 0", "parse 0", "result 0", "start 1", "parse 1", "result 1"]
+
+
+def test_a_stale_row_that_times_out_when_measured_again_keeps_its_cost(tmp_path, graph):
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        first = est.estimate(cands)
+        assert est.cache.mark_stale(r.key for r in est.cache.measurements()) == 4
+    with estimator(tmp_path, [NUMPY], timeout_s=0.001) as est:  # every region times out
+        assert est.estimate(cands) == first
+        assert est.stats.timeouts == 4
+        assert all(r.status == OK and r.stale for r in est.cache.measurements())
