@@ -71,18 +71,28 @@ class Rejection:
     op_types: list[str] = field(default_factory=list)
 
 
-def format_rejections(groups: list[Rejection], op_types: int = 4, width: int = 120) -> str:
-    """"candidates left out:" and one line per group: backend: count × reason (op types);
-    "" when nothing was left out."""
+def format_rejections(groups: list[Rejection], op_types: int = 4, width: int = 120,
+                      per_backend: int = 6) -> str:
+    """"candidates left out:" and one line per group: backend: count × reason (op types),
+    at most `per_backend` lines per backend (the rest summed up in one); "" when nothing
+    was left out. `groups` come most frequent first within each backend."""
     if not groups:
         return ""
     lines = [f"candidates left out ({sum(g.count for g in groups)}; per backend: "
              "count x reason [op types]):"]
+    by_backend: dict[str, list[Rejection]] = {}
     for g in groups:
-        reason = g.reason if len(g.reason) <= width else g.reason[:width - 1] + "…"
-        types = ", ".join(g.op_types[:op_types]) + (", ..." if len(g.op_types) > op_types
-                                                     else "")
-        lines.append(f"  {g.backend}: {g.count} x {reason} [{types}]")
+        by_backend.setdefault(g.backend, []).append(g)
+    for backend, mine in by_backend.items():
+        for g in mine[:per_backend]:
+            reason = g.reason if len(g.reason) <= width else g.reason[:width - 1] + "…"
+            types = ", ".join(g.op_types[:op_types]) + (", ..." if len(g.op_types) > op_types
+                                                         else "")
+            lines.append(f"  {backend}: {g.count} x {reason} [{types}]")
+        if len(mine) > per_backend:
+            rest = mine[per_backend:]
+            lines.append(f"  {backend}: {sum(g.count for g in rest)} x {len(rest)} other "
+                         "reasons")
     return "\n".join(lines)
 
 

@@ -168,3 +168,18 @@ def test_cache_remeasure_noisy_with_a_model_measures_them_now(tmp_path, doubles,
         again = est.cache.get(noisy.key)
         assert not again.stale and again.created > noisy.created
         assert len(est.cache.measurements()) == len(rows)  # nothing else measured
+
+
+def test_the_left_out_summary_keeps_to_a_few_lines_per_backend():
+    from collage_mlir.runtime.report import Rejection, format_rejections
+
+    groups = [Rejection("iree", f"invalid: compile failed: error {k}", 10 - k, ["Conv"])
+              for k in range(9)] + [Rejection("openvino", "invalid: x", 1, ["LRN"])]
+    lines = format_rejections(groups, per_backend=3).splitlines()
+    assert lines[0].startswith("candidates left out (55;")
+    assert lines[1:] == ["  iree: 10 x invalid: compile failed: error 0 [Conv]",
+                         "  iree: 9 x invalid: compile failed: error 1 [Conv]",
+                         "  iree: 8 x invalid: compile failed: error 2 [Conv]",
+                         "  iree: 27 x 6 other reasons",
+                         "  openvino: 1 x invalid: x [LRN]"]
+    assert format_rejections([]) == ""
