@@ -364,14 +364,22 @@ class MeasuringEstimator(CostEstimator):
 
         previous: dict[str, Measurement] = {}
         run = _Run()
+        timed_out: list[Measurement] = []
         for key, m in self.cache.get_many(waiting).items():
             if self._is_hit(m):
                 self.stats.hits += 1
-                if m.status != TIMEOUT:
+                if m.status == TIMEOUT:
+                    timed_out.append(m)
+                else:
                     run.cleared.setdefault(m.backend, set()).update(_op_types(rows[key][1]))
                 settle(key, m)
             else:
                 previous[key] = m
+        for m in timed_out:  # a timeout that stands (see TIMEOUT_RETRY) skips its op types too
+            cleared = run.cleared.get(m.backend, set())
+            for t in sorted(_op_types(rows[m.key][1]) - cleared):
+                run.hung.setdefault(m.backend, {}).setdefault(
+                    t, f"skipped: {m.backend} hung on {t} in earlier runs (cached timeout)")
         if progress:
             progress(done, total)
         started = time.time()

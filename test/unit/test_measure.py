@@ -704,3 +704,28 @@ def test_a_stale_row_that_times_out_when_measured_again_keeps_its_cost(tmp_path,
         assert est.estimate(cands) == first
         assert est.stats.timeouts == 4
         assert all(r.status == OK and r.stale for r in est.cache.measurements())
+
+
+def test_a_standing_cached_timeout_skips_its_op_type_without_a_new_hang(tmp_path, graph):
+    """A timeout the retry policy keeps (three in a row at this timeout) stands for its op
+    type too: the backend's unmeasured regions holding it are skipped, not hung on again."""
+    import time
+
+    from collage_mlir.cost.cache import TIMEOUT_RETRY, Measurement
+
+    with estimator(tmp_path, {FAULT: {"mode": "hang", "on": "Relu"}}, timeout_s=1.5) as est:
+        singles = single_op(graph, "fault")
+        relu = next(c for c in singles if graph.nodes[c.sub_graph.first].op_type == "Relu")
+        est.cache.put(Measurement(
+            key=est.key(relu), region="r", backend="fault", version="1", options="", host="h",
+            signature="Relu", status=TIMEOUT, error="timed out after 1.5 s while measuring",
+            timeout_s=1.5, attempts=TIMEOUT_RETRY.attempts, created=time.time()))
+        cands = chains(graph, "fault") + singles
+        costs = est.estimate(cands)
+        assert est.stats.timeouts == 0 and est.stats.skipped == 4 and est.stats.hits == 1
+        for c, cost in zip(cands, costs, strict=True):
+            has_relu = any(graph.nodes[i].op_type == "Relu" for i in c.sub_graph.nodes)
+            assert math.isinf(cost) == has_relu
+            if has_relu and len(c.sub_graph) > 1:
+                assert est.reason(c) == ("error: skipped: fault hung on Relu in earlier runs "
+                                         "(cached timeout)")
