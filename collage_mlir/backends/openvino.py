@@ -197,7 +197,7 @@ class OpenVinoBackend(Backend):
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
         """OpenVINO's own compiled blob (`export_model`), re-imported without compiling."""
         path = Path(stem + ".ovblob")
-        path.write_bytes(kernel.compiled.export_model().getvalue())
+        path.write_bytes(kernel.compiled.export_model().getbuffer())  # no copy of the blob
         return [str(path)]
 
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
