@@ -22,7 +22,8 @@ from iree.compiler import ir
 from collage_mlir.annotate import generate_candidates, specs_for
 from collage_mlir.backends.registry import available_backends, registered_backends
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.verify import check_pick, whole_alternatives
+from collage_mlir.check.isolated import probe_final
+from collage_mlir.check.verify import check_pick
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
@@ -256,11 +257,13 @@ def report_rows(partitioning: Partitioning) -> list[ReportRow]:
     return rows
 
 
-def build(module: ir.Module, partitioning: Partitioning) -> PartitionedModel:
-    """Outline `partitioning` in `module` (which holds its graph) and compile every region."""
+def build(module: ir.Module, partitioning: Partitioning,
+          saved: dict[str, str] | None = None) -> PartitionedModel:
+    """Outline `partitioning` in `module` (which holds its graph) and compile every region
+    (or load its kernel from `saved`: region → file stem, as a probe left them)."""
     rows = report_rows(partitioning)
     outline(partitioning)
-    return PartitionedModel.from_module(module, report_rows=rows,
+    return PartitionedModel.from_module(module, saved=saved, report_rows=rows,
                                         estimated_cost=partitioning.total_cost,
                                         partitioning=partitioning)
 
@@ -312,14 +315,19 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             rejected = rejections(graph, candidates, costs, estimator)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator)
-        alternatives = (whole_alternatives(graph, candidates, costs, partitioning,
-                                           estimator.transition_cost) if verify else [])
+        with _timed(timings, "probe"):
+            probed = probe_final(module, candidates, costs, partitioning, estimator,
+                                 verify=verify, timeout_s=options.timeout_s)
+        partitioning, alternatives = probed.partitioning, probed.alternatives
     finally:
         if owns_estimator:
             estimator.close()
     pristine = clone_module(module) if alternatives else None
     with _timed(timings, "compile"):
-        result = build(module, partitioning)
+        try:
+            result = build(module, partitioning, probed.saved)
+        finally:
+            probed.close()
     verdict = None
     if alternatives:
         with _timed(timings, "verify"):
@@ -328,4 +336,5 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                 result = None  # the pick's kernels go before the kept model is compiled
                 result = build(pristine, kept)
     return result.with_record(verdict=verdict, candidates=candidates,
-                              backends_considered=names, timings=timings, rejected=rejected)
+                              backends_considered=names, timings=timings,
+                              rejected=rejected + probed.rejected)

@@ -113,18 +113,25 @@ class PartitionedModel:
 
     @classmethod
     def from_module(cls, module: ir.Module, backend_options: Mapping[str, dict] | None = None,
-                    **kwargs) -> PartitionedModel:
-        """Compile every region function of an outlined module on its backend."""
+                    saved: Mapping[str, str] | None = None, **kwargs) -> PartitionedModel:
+        """Compile every region function of an outlined module on its backend; a region
+        named in `saved` (region → file stem, written by `save_kernel`) is loaded from
+        there instead (`check/isolated.py` compiles in a probe process first)."""
         backends, kernels = {}, {}
         by_backend: dict[str, list[str]] = defaultdict(list)
         regions = region_functions(module)
         for name, fn in regions.items():
             by_backend[ir.StringAttr(fn.attributes[collage.BACKEND]).value].append(name)
+        saved = saved or {}
         for backend_name, names in sorted(by_backend.items()):
             backend = get_backend(backend_name, **(backend_options or {}).get(backend_name, {}))
             backends[backend_name] = backend
-            compiled = backend.compile_many([region_module(regions[n]) for n in names])
-            for n, k in zip(names, compiled, strict=True):
+            fresh = [n for n in names if n not in saved]
+            compiled = dict(zip(fresh, backend.compile_many(
+                [region_module(regions[n]) for n in fresh]) if fresh else [], strict=True))
+            for n in names:
+                k = compiled[n] if n in compiled else _saved_kernel(backend, regions[n],
+                                                                    saved[n])
                 if isinstance(k, Exception):
                     raise CollageError(f"region @{n} failed to compile on {backend_name}: "
                                        f"{str(k).strip().splitlines()[0] if str(k) else k!r}")
@@ -255,6 +262,14 @@ class PartitionedModel:
                     "report": [r.to_json() for r in self.report_rows]}
         manifest["checksums"] = {p.name: _sha256(p) for p in sorted(out.iterdir())}
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+
+
+def _saved_kernel(backend: Backend, fn: ir.Operation, stem: str) -> Kernel | Exception:
+    """The kernel `save_kernel` wrote at `stem` for region `fn`, or why it cannot load."""
+    try:
+        return backend.load_kernel(region_module(fn), stem)
+    except Exception as e:
+        return e
 
 
 def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kernel:

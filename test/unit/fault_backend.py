@@ -160,3 +160,103 @@ class BatchingTestBackend(NumpyTestBackend):
 
     def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
         return [self.compile(m) for m in modules]  # one crash takes the whole batch down
+
+
+# -- faults at compile or at run, in measurement or in the final compile (issue 15 audit) ----
+
+STAGED_RUN_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak", "wrong_shape",
+                    "wrong", "wrong_dtype", "stale", "nan")
+"""What `StagedFaultBackend` can do while running (`wrong`: values off by 0.5; `nan`: the
+first element of every output NaN)."""
+STAGED_COMPILE_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak")
+"""What it can do while compiling (a compile returns no values to get wrong)."""
+
+
+def in_measuring_worker() -> bool:
+    """True in a measuring worker process (`python -m collage_mlir.cost.worker`)."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", "") == "collage_mlir.cost.worker"
+
+
+def _strike(mode: str) -> None:
+    """The faults that end or stall the process, or raise."""
+    if mode == "segfault":
+        ctypes.string_at(0)
+    elif mode == "abort":
+        os.abort()
+    elif mode == "exit":
+        os._exit(3)
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "raise":
+        raise RuntimeError("injected fault")
+
+
+class _StagedKernel(NumpyKernel):
+    """A NumpyKernel that misbehaves as `mode` says on every call."""
+
+    def __init__(self, base: NumpyKernel, mode: str) -> None:
+        super().__init__(base.n_args, base.steps, base.outputs)
+        self.mode = mode
+        self.first: list[np.ndarray] | None = None
+        self.kept: list[np.ndarray] = []
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        _strike(self.mode)
+        if self.mode == "leak":
+            self.kept.append(np.ones(256 << 18, np.float32))
+        if self.mode == "stale" and self.first is not None:
+            return [o.copy() for o in self.first]
+        outputs = super().run(inputs)
+        if self.mode == "stale":
+            self.first = [o.copy() for o in outputs]
+        elif self.mode == "wrong":
+            outputs = [o + np.float32(0.5) for o in outputs]
+        elif self.mode == "wrong_shape":
+            outputs = [o.reshape(-1) for o in outputs]
+        elif self.mode == "wrong_dtype":
+            outputs = [o.astype(np.float64) for o in outputs]
+        elif self.mode == "nan":
+            outputs = [o.copy() for o in outputs]
+            for o in outputs:
+                o.flat[0] = np.nan
+        return outputs
+
+
+class StagedFaultBackend(NumpyTestBackend):
+    """Test double for the fault audit: the numpy test backend, failing as `mode` says on
+    regions holding op type `on`, only `when` ("compile" or "run") and only `where`
+    ("measure": in measuring workers; "final": anywhere else — the probe of the final
+    compile, the final compile, the end-to-end check; "both"). Options default to
+    $COLLAGE_FAULT_MODE / _ON / _WHEN / _WHERE (segfault, Relu, run, both)."""
+
+    name = "fault"
+
+    def __init__(self, mode: str | None = None, on: str | None = None,
+                 when: str | None = None, where: str | None = None, **options: Any) -> None:
+        env = os.environ.get
+        mode = mode or env("COLLAGE_FAULT_MODE", "segfault")
+        on = on or env("COLLAGE_FAULT_ON", "Relu")
+        when = when or env("COLLAGE_FAULT_WHEN", "run")
+        where = where or env("COLLAGE_FAULT_WHERE", "both")
+        super().__init__(mode=mode, on=on, when=when, where=where, **options)
+        self.mode, self.on, self.when, self.where = mode, on, when, where
+
+    def _active(self, seen: set[str]) -> bool:
+        here = "measure" if in_measuring_worker() else "final"
+        return (self.on == "*" or self.on in seen) and self.where in (here, "both")
+
+    def compile(self, module: ir.Module) -> Kernel:
+        n_args, steps, outputs, seen = plan(module)
+        kernel = NumpyKernel(n_args, steps, outputs)
+        if not self._active(seen):
+            return kernel
+        if self.when == "compile":
+            _strike(self.mode)
+            if self.mode == "leak":
+                self.kept = np.ones(256 << 18, np.float32)
+            return kernel
+        return _StagedKernel(kernel, self.mode)

@@ -1,0 +1,287 @@
+"""The probe's side of `check/isolated.py`, run in the child process.
+
+Every step that runs backend code first announces itself as a stage (model, backend,
+regions, what it is doing, how long it may take) on the private channel, so that when the
+process dies or goes silent the parent knows whom to blame. Failures it can see itself (a
+raise, outputs of the wrong shape, dtype or value) it reports as `failed` and stops; a pass
+ends with `done` and the saved kernels (region function → file stem).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Backend, Kernel
+from collage_mlir.backends.registry import get_backend, register_backend
+from collage_mlir.check.compare import whole_model_runner
+from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.graph import DataflowGraph
+from collage_mlir.graph.outline import outline_placed
+from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.importer import parse_mlir
+from collage_mlir.runtime.model import PartitionedModel, clone_module, region_module
+from collage_mlir.runtime.plan import region_functions
+from collage_mlir.tensors import TensorSpec, compare, make_inputs
+
+RUNS = 2
+"""Calls checked per model, each on its own inputs (a kernel right only on its first call
+is caught on the second)."""
+MARGIN = 2.0
+"""A stage may take this many measuring timeouts (per region, for a batch compile)."""
+
+Outputs = list[np.ndarray]
+
+
+class Failed(Exception):
+    """A failure the probe saw and reported; the probe stops."""
+
+
+class Channel:
+    """The private channel to the parent: stages, notes, the failure or the end."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.current: dict[str, Any] = {}
+
+    def send(self, **msg: Any) -> None:
+        self.out.write(json.dumps(msg) + "\n")
+        self.out.flush()
+
+    def stage(self, allow: float, **fields: Any) -> None:
+        self.current = {**fields, "allow": allow}
+        self.send(stage=self.current)
+
+    def fail(self, reason: str, **fields: Any) -> Failed:
+        self.send(failed={**self.current, **fields, "reason": reason})
+        return Failed(reason)
+
+
+def run(job: dict[str, Any], out: IO[str]) -> int:
+    """Probe the job's pick and alternatives; 0 when the parent was told the outcome."""
+    ch = Channel(out)
+    try:
+        _probe(ch, job)
+    except Failed:
+        pass
+    except Exception as e:  # the probe's own trouble, not a backend's: no one is blamed
+        traceback.print_exc()
+        ch.current = {}
+        ch.fail(f"the probe failed: {_one_line(e)}")
+    return 0
+
+
+def _probe(ch: Channel, job: dict[str, Any]) -> None:
+    sys.path[:0] = [p for p in job["sys_path"] if p not in sys.path]
+    for target in job["targets"].values():
+        if ":" in target:
+            module_name, _, cls_name = target.partition(":")
+            register_backend(getattr(importlib.import_module(module_name), cls_name))
+    t = float(job["timeout_s"]) * MARGIN
+    ch.stage(120.0, doing="parsing the model")
+    module = parse_mlir(job["text"], "the model")
+    pristine = clone_module(module)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    outline_placed(graph, [(k, SubGraph(graph, int(inside, 16)), backend, cost)
+                           for k, (inside, backend, cost) in enumerate(job["pick"])])
+    inputs = [make_inputs(public_functions(pristine)[0], variant=v) for v in range(RUNS)]
+    declared = _declared(pristine)
+    reference = _reference(ch, pristine, job["reference"], inputs, t)
+    model = _compile_pick(ch, module, t)
+    _check_pick(ch, model, inputs, declared, reference, job["reference"], t)
+    dropped = [b for b in job["alternatives"]
+               if not _check_alternative(ch, pristine, b, inputs, declared, reference, t)]
+    ch.send(done={"saved": _save(ch, model, Path(job["scratch"]), t), "dropped": dropped})
+
+
+def _one_line(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _declared(module: ir.Module) -> list[TensorSpec]:
+    """The shapes and dtypes the model's entry point returns."""
+    return _result_specs(public_functions(module)[0])
+
+
+def _result_specs(fn: ir.Operation) -> list[TensorSpec]:
+    """The shapes and dtypes a `func.func` returns."""
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    return [TensorSpec.of(t) for t in ftype.results]
+
+
+def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
+               inputs: Sequence[list[np.ndarray]], allow: float) -> list[Outputs] | None:
+    """The reference backend's whole-model outputs per input set; None when there is no
+    reference or it cannot run the model (said as a note)."""
+    if spec is None:
+        return None
+    ch.stage(allow * 2, model="reference", backend=spec["target"], doing="compiling")
+    try:
+        graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+        kernel = load_backend(spec).compile(SubGraph(graph, graph.op_bits).extract("model"))
+        ch.stage(allow * 2, model="reference", backend=spec["target"], doing="running")
+        return [kernel.run(x) for x in inputs]
+    except Exception as e:
+        ch.send(note=f"reference {spec['target']} cannot run the whole model "
+                     f"({_one_line(e)}); outputs not checked end to end")
+        return None
+
+
+def _compile_pick(ch: Channel, module: ir.Module, allow: float) -> PartitionedModel:
+    """Every region compiled on its backend: one stage per region, or per batch for a
+    backend that shares compiles."""
+    regions = region_functions(module)
+    by_backend: dict[str, list[str]] = {}
+    for name in regions:
+        by_backend.setdefault(_backend_of(regions[name]), []).append(name)
+    backends: dict[str, Backend] = {}
+    kernels: dict[str, Kernel] = {}
+    for backend_name, names in sorted(by_backend.items()):
+        ch.stage(allow, model="pick", backend=backend_name, regions=names, doing="loading")
+        backend = backends[backend_name] = get_backend(backend_name)
+        batches = [names] if shares_compiles(backend) else [[n] for n in names]
+        for batch in batches:
+            ch.stage(allow * len(batch), model="pick", backend=backend_name, regions=batch,
+                     doing="compiling")
+            compiled = backend.compile_many([region_module(regions[n]) for n in batch])
+            for n, k in zip(batch, compiled, strict=True):
+                if isinstance(k, Exception):
+                    raise ch.fail(f"raised {_one_line(k)}", regions=[n])
+                kernels[n] = k
+    return PartitionedModel(module, kernels, backends)
+
+
+def _backend_of(fn: ir.Operation) -> str:
+    from collage_mlir.dialects import collage
+
+    return ir.StringAttr(fn.attributes[collage.BACKEND]).value
+
+
+class _Announced(Kernel):
+    """A region's kernel that announces each call as a stage and reports a raise."""
+
+    def __init__(self, inner: Kernel, ch: Channel, backend: str, name: str, allow: float,
+                 call: list[int]) -> None:
+        self.inner, self.ch, self.backend, self.name = inner, ch, backend, name
+        self.allow, self.call = allow, call
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.ch.stage(self.allow, model="pick", backend=self.backend, regions=[self.name],
+                      doing=f"running call {self.call[0]}")
+        try:
+            return self.inner.run(inputs)
+        except Exception as e:
+            raise self.ch.fail(f"raised {_one_line(e)}") from None
+
+
+def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.ndarray]],
+                declared: list[TensorSpec], reference: list[Outputs] | None,
+                spec: dict[str, Any] | None, allow: float) -> None:
+    """Run the pick on every input set; its outputs must have the declared shapes and
+    dtypes and match the reference. A mismatch is blamed on the first region whose own
+    outputs differ from the reference's on the same inputs."""
+    call = [0]
+    inner = dict(model.kernels)
+    announced = PartitionedModel(model.module, {
+        s.callee: _Announced(inner[s.callee], ch, s.backend, s.callee, allow, call)
+        for s in model.plan.steps}, model.backends)
+    for v, x in enumerate(inputs):
+        call[0] = v + 1
+        outputs = announced.run(x)
+        ch.stage(allow, model="pick", backend="", regions=[], doing=f"checking call {v + 1}")
+        why = _mismatch(outputs, declared, reference[v] if reference else None)
+        if why:
+            _blame_region(ch, announced, x, spec, why, v + 1, allow)
+
+
+def _mismatch(outputs: Outputs, declared: list[TensorSpec], reference: Outputs | None
+              ) -> str | None:
+    """Why `outputs` are wrong (declared shape or dtype, then the reference), or None."""
+    for k, (o, spec) in enumerate(zip(outputs, declared, strict=False)):
+        if o.shape != spec.shape or o.dtype != spec.dtype:
+            return (f"output {k} is {o.dtype}{list(o.shape)}, the model returns "
+                    f"{np.dtype(spec.dtype)}{list(spec.shape)}")
+    if len(outputs) != len(declared):
+        return f"{len(outputs)} outputs, the model returns {len(declared)}"
+    return compare(outputs, reference, MeasureSettings()) if reference is not None else None
+
+
+def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
+                  spec: dict[str, Any] | None, why: str, call: int, allow: float) -> None:
+    """Report the first region whose outputs on this call's inputs are wrong (declared
+    types, then the reference region); the whole pick when none is."""
+    slots = model._execute(model.arrange(x))
+    regions = region_functions(model.module)
+    ref = load_backend(spec) if spec is not None else None
+    for step in model.plan.steps:
+        got = [slots[i] for i in step.results]
+        want_types = _result_specs(regions[step.callee])
+        want = None
+        if ref is not None:
+            ch.stage(allow * 2, model="reference", backend=spec["target"],
+                     doing=f"checking region {step.callee}")
+            want = ref.compile(region_module(regions[step.callee])).run(
+                [slots[i] for i in step.args])
+        bad = _mismatch(got, want_types, want)
+        if bad:
+            ch.current = {"model": "pick", "backend": step.backend, "regions": [step.callee]}
+            raise ch.fail(f"{bad} on call {call}")
+    ch.current = {"model": "pick", "backend": "",
+                  "regions": [s.callee for s in model.plan.steps]}
+    raise ch.fail(f"the chain's outputs are wrong on call {call} ({why}) though no single "
+                  "region's are")
+
+
+def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
+                       inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec],
+                       reference: list[Outputs] | None, allow: float) -> bool:
+    """Compile and run one whole-model alternative as the end-to-end check will: False
+    when it raises (the check would leave it out: not a contender, no one to blame)."""
+    model = f"alt:{backend}"
+    ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
+    try:
+        kernel = whole_model_runner(pristine, backend)
+        for v, x in enumerate(inputs):
+            ch.stage(allow * 2, model=model, backend=backend, doing=f"running call {v + 1}")
+            outputs = [np.asarray(o) for o in kernel(x)]
+            why = _mismatch(outputs, declared, reference[v] if reference else None)
+            if why:
+                raise ch.fail(f"{why} on call {v + 1}")
+    except Failed:
+        raise
+    except Exception as e:
+        ch.send(note=f"{backend} whole model left out of the end-to-end check: "
+                     f"raised {_one_line(e)}")
+        return False
+    return True
+
+
+def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float
+          ) -> dict[str, str]:
+    """Each region's kernel written under `scratch` where its backend can (stems)."""
+    regions = region_functions(model.module)
+    saved: dict[str, str] = {}
+    for step in model.plan.steps:
+        ch.stage(allow, model="pick", backend=step.backend, regions=[step.callee],
+                 doing="saving its kernel")
+        stem = str(scratch / step.callee)
+        try:
+            files = model.backends[step.backend].save_kernel(
+                model.kernels[step.callee], region_module(regions[step.callee]), stem)
+        except Exception as e:  # the parent compiles this one again
+            ch.send(note=f"{step.backend} cannot save region {step.callee} "
+                         f"({_one_line(e)}); compiled again")
+            continue
+        if files:
+            saved[step.callee] = stem
+    return saved

@@ -1,0 +1,108 @@
+"""The final compile probed in a child process (issue 15 item 4) and the fault-injection
+audit (issue 15 "Done when"), through the fault-injecting test double
+`fault_backend.StagedFaultBackend`.
+
+Each audit cell runs `fault_audit.py` in a child process (a crash must fail the test, not
+kill pytest): a tiny model with Relu pinned to the fault backend, the fault striking at
+compile or at run, in the measuring workers or only in the final compile. Every cell must
+end with correct outputs or a one-line refusal; before the probe, a fault in the final
+compile killed the run (exit 139, nothing said) or shipped wrong outputs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fault_audit import run_cell
+from fault_backend import STAGED_COMPILE_MODES, STAGED_RUN_MODES
+
+import collage_mlir
+from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
+from collage_mlir.check import isolated
+
+CELLS = [(mode, when, where) for when, modes in (("compile", STAGED_COMPILE_MODES),
+                                                 ("run", STAGED_RUN_MODES))
+         for mode in modes for where in ("measure", "final")]
+
+
+@pytest.mark.parametrize(("mode", "when", "where"), CELLS,
+                         ids=[f"{m}-at-{w}-in-{p}" for m, w, p in CELLS])
+def test_audit_cell_finishes_right_or_refuses_in_one_line(mode, when, where):
+    rc, out, err = run_cell(mode, when, where)
+    assert rc == 0 and out is not None, f"the run died (status {rc}): {err[-2000:]}"
+    assert out["outcome"] in ("ok", "refused"), out
+    if out["outcome"] == "refused":
+        assert "\n" not in out["error"] and "Traceback" not in err
+    if mode == "leak":  # costs memory, computes right: may pass (or time out measuring)
+        return
+    assert out["outcome"] == "refused", out  # Relu is pinned to a backend that fails on it
+    assert out["error"].startswith("no backend can run Relu")
+    assert ("final compile: fault region" in out["error"]) == (where == "final")
+
+
+@pytest.mark.parametrize("mode", ["segfault", "exit", "hang", "wrong", "stale"])
+def test_a_fault_in_the_final_compile_costs_its_region_and_the_next_best_pick_ships(mode):
+    """Not pinned, the fault backend favoured by the estimator: the pick holds a fault
+    region that fails only in the final compile (it holds Relu); the run ends with Relu on
+    numpy_test, correct outputs, and the reason in the report's left-out list."""
+    rc, out, err = run_cell(mode, "run", "final", pin=False, favour_fault=True)
+    assert rc == 0 and out is not None, f"the run died (status {rc}): {err[-2000:]}"
+    assert out["outcome"] == "ok", out
+    assert any(b == "numpy_test" and "Relu" in types for b, types in out["regions"]), out
+    assert not any(b == "fault" and "Relu" in types for b, types in out["regions"]), out
+    (line,) = [ln for ln in out["left_out"] if "final compile" in ln]
+    assert line.startswith("fault: invalid: final compile: fault region g_fault_")
+    said = [ln for ln in err.splitlines() if ln.startswith("collage: final compile:")]
+    assert len(said) == 1 and "searching again" in said[0], err
+
+
+def test_the_parent_loads_the_kernels_the_probe_compiled(tmp_path, monkeypatch):
+    """onnxruntime saves its kernels: the parent loads them rather than compiling again
+    (here its compile is broken in this process only; the probe runs in its own)."""
+    def broken(self, module):
+        raise AssertionError("compiled in the parent")
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "compile", broken)
+    module = collage_mlir.parse_mlir(ABS_RELU)
+    model = collage_mlir.compile(module, backends=["onnxruntime"],
+                                 cost=f"table:{_table(tmp_path)}")
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(model.run([x])[0], np.abs(np.maximum(x, 0)))
+    assert "probe" in model.timings
+
+
+def test_probe_limits_its_attempts(tmp_path, monkeypatch):
+    """Every probe failing on a new region: MAX_PROBES attempts, then one line."""
+    calls = []
+
+    def failing(module, pick, alternatives, reference, specs, scratch, timeout_s):
+        calls.append(pick)
+        return isolated._Outcome(False, model="pick", regions=isolated._region_names(pick),
+                                 reason="region r: killed by SIGSEGV while running call 1")
+
+    monkeypatch.setattr(isolated, "_probe", failing)
+    monkeypatch.setattr(isolated, "_blame", lambda *a: [0])
+    monkeypatch.setattr(isolated, "search", lambda graph, *a: calls[-1])
+    module = collage_mlir.parse_mlir(ABS_RELU)
+    with pytest.raises(collage_mlir.CollageError, match=r"^final compile failed 4 times; "
+                       r"last: region r: killed by SIGSEGV while running call 1$"):
+        collage_mlir.compile(module, backends=["onnxruntime"], cost=f"table:{_table(tmp_path)}")
+    assert len(calls) == isolated.MAX_PROBES
+
+
+def _table(tmp_path) -> str:
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"per_op": {"onnxruntime": {"Relu": 1.0, "Abs": 1.0}}}))
+    return str(path)
+
+
+T = "!torch.vtensor<[2,4],f32>"
+ABS_RELU = f"""
+func.func @f(%arg0: {T}) -> {T} attributes {{torch.onnx_meta.opset_version = 17 : si64}} {{
+  %a = torch.operator "onnx.Relu"(%arg0) : ({T}) -> {T}
+  %b = torch.operator "onnx.Abs"(%a) : ({T}) -> {T}
+  return %b : {T}
+}}
+"""
