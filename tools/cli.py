@@ -19,6 +19,7 @@ COMMANDS = {
     "cache": "inspect or clear the measurement cache",
     "partition": "partition a model across backends and save it",
     "run": "run a partitioned model saved by `partition`",
+    "explain": "draw a saved partitioned model as one self-contained HTML page",
     "demo": "run the whole pipeline on the bundled example",
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=positive_int, default=0, metavar="N",
                    help="also time each region's call over N runs and print the report with "
                         "measured beside estimated cost (default: not profiled)")
+    p.add_argument("--json", metavar="FILE", default=None,
+                   help="also write the report as JSON, with the profile when --profile is "
+                        "given (default: not written)")
 
 
 def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
@@ -61,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
         (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,
                                  rounds=args.repeat)
         print(f"latency: median {t.median_s * 1e3:.3f} ms, p90 {t.p90_s * 1e3:.3f} ms")
-    if args.profile:
-        print(model.report(measured=model.profile(inputs, rounds=args.profile)))
+    measured = model.profile(inputs, rounds=args.profile) if args.profile else None
+    if measured is not None:
+        print(model.report(measured=measured))
+    if args.json:
+        from collage_mlir.tools.cmd_explain import write_json
+
+        write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None)),
+                   args.json)
     return 0

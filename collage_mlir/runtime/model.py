@@ -15,9 +15,9 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from iree.compiler import ir
@@ -31,11 +31,14 @@ from collage_mlir.importer import parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import (
+    Record,
     Rejection,
     ReportRow,
     Verdict,
     format_rejections,
     format_report,
+    op_names,
+    report_data,
 )
 from collage_mlir.static_shapes import format_dims
 
@@ -94,6 +97,10 @@ class PartitionedModel:
         self.candidates: list = []
         self.timings: dict[str, float] = {}
         self.rejected: list[Rejection] = []
+        self.transition_cost = partitioning.transition_cost if partitioning else None
+        """Estimated seconds of all hand-offs (saved; None when unknown)."""
+        self.op_names: dict[str, list[str]] = {}
+        """Region → ONNX node names, as loaded (the saved text has no locations)."""
 
     def with_record(self, *, verdict: Verdict | None, candidates: list,
                     backends_considered: list[str], timings: dict[str, float],
@@ -210,8 +217,21 @@ class PartitionedModel:
     def output_names(self) -> list[str]:
         return list(self.plan.output_names)
 
-    def report(self, measured: Mapping[str, float] | None = None) -> str:
-        """The region table; `measured` (from `profile`) adds a measured-ms column."""
+    def record(self) -> Record:
+        """What the report says besides the module (see `report.Record`)."""
+        return Record(self.report_rows, self.estimated_cost, self.transition_cost,
+                      self.verdict, self.backends_considered, self.timings, self.rejected,
+                      self.op_names or op_names(self.module))
+
+    def report(self, measured: Mapping[str, float] | None = None, format: str = "text",
+               rounds: int | None = None) -> str:
+        """The region table; `measured` (from `profile`, over `rounds`) adds a measured-ms
+        column. format="json": the report as JSON text (schema `report.schema.json`)."""
+        if format == "json":
+            return json.dumps(report_data(self.module, self.record(), measured, rounds),
+                              indent=1)
+        if format != "text":
+            raise CollageError(f"report format {format!r}: expected 'text' or 'json'")
         lines = [format_report(self.report_rows, self.estimated_cost, measured)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
@@ -220,6 +240,13 @@ class PartitionedModel:
         if self.timings:
             lines.append("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         return "\n".join(lines)
+
+    def explain(self, path: str | os.PathLike, measured: Mapping[str, float] | None = None,
+                rounds: int | None = None) -> Path:
+        """Write the partition as one self-contained HTML page (`runtime/explain.py`)."""
+        from collage_mlir.runtime.explain import write_explain
+
+        return write_explain(report_data(self.module, self.record(), measured, rounds), path)
 
     # -- persistence --------------------------------------------------------------------
 
@@ -257,9 +284,7 @@ class PartitionedModel:
                     "inputs": self.plan.input_names, "outputs": self.plan.output_names,
                     "input_shapes": {n: list(s.shape) for n, s in
                                      zip(self.plan.input_names, self.plan.inputs, strict=True)},
-                    "estimated_cost": self.estimated_cost, "regions": entries,
-                    "verdict": self.verdict.to_json() if self.verdict else None,
-                    "report": [r.to_json() for r in self.report_rows]}
+                    "regions": entries, **self.record().to_manifest()}
         manifest["checksums"] = {p.name: _sha256(p) for p in sorted(out.iterdir())}
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
 
@@ -339,7 +364,21 @@ def _verify_checksums(d: Path, manifest: dict) -> None:
 
 def load(directory: str | os.PathLike) -> PartitionedModel:
     """Load a PartitionedModel saved by `save`, using the saved artifacts where present."""
-    d = user_path(directory)
+    return _read(user_path(directory), _assemble)
+
+
+def describe(directory: str | os.PathLike) -> tuple[ir.Module, Record]:
+    """The partitioned module and report record saved in `directory`, checked like `load`
+    but without compiling or loading any kernel (for reports and the explain view)."""
+    return _read(user_path(directory),
+                 lambda d, manifest, module: (module, Record.from_manifest(manifest)))
+
+
+_T = TypeVar("_T")
+
+
+def _read(d: Path, assemble: Callable[[Path, dict, ir.Module], _T]) -> _T:
+    """`assemble(d, manifest, module)` over the checked contents of saved model `d`."""
     try:
         manifest = json.loads((d / "manifest.json").read_text())
         text = (d / "model.mlir").read_text()
@@ -354,7 +393,7 @@ def load(directory: str | os.PathLike) -> PartitionedModel:
     try:
         _verify_checksums(d, manifest)
         module = parse_mlir(text, str(d / "model.mlir"))
-        return _assemble(d, manifest, module)
+        return assemble(d, manifest, module)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CollageError(f"{d / 'manifest.json'}: malformed ({type(e).__name__}: {e})") from None
 
@@ -375,7 +414,10 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
     missing = sorted(set(regions) - set(kernels))
     if missing:
         raise CollageError(f"{d / 'manifest.json'}: no entry for region(s) {missing}")
-    rows = [ReportRow.from_json(r) for r in manifest.get("report", [])]
-    verdict = Verdict(**manifest["verdict"]) if manifest.get("verdict") else None
-    return PartitionedModel(module, kernels, backends, rows, manifest.get("estimated_cost"),
-                            verdict=verdict)
+    record = Record.from_manifest(manifest)
+    model = PartitionedModel(module, kernels, backends, record.rows, record.estimated_cost,
+                             verdict=record.verdict)
+    model.transition_cost, model.op_names = record.transition_cost, record.op_names
+    return model.with_record(verdict=record.verdict, candidates=[],
+                             backends_considered=record.backends_considered or sorted(backends),
+                             timings=record.timings, rejected=record.rejected)

@@ -1,10 +1,22 @@
 """The partition report: one row per region (backend, ops, estimated cost, runner-up), and
-the verdict of the end-to-end check."""
+the verdict of the end-to-end check; as text (`format_report`) and as JSON data
+(`report_data`, schema in report.schema.json, documented there)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from iree.compiler import ir
+
+from collage_mlir.candidate import HOST
+from collage_mlir.dialects import collage
+from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.graph import DataflowGraph, NodeKind
+from collage_mlir.runtime.plan import Plan, Step, build_plan, region_functions
 
 
 @dataclass
@@ -109,3 +121,248 @@ class Verdict:
 
     def to_json(self) -> dict:
         return {"kept": self.kept, "timings": self.timings}
+
+
+
+# -- the machine-readable report (schema: report.schema.json) ---------------------------------
+
+SCHEMA_VERSION = 1
+"""Bumped on any change that removes or retypes a key; new optional keys keep it."""
+
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
+
+
+@dataclass
+class Record:
+    """What a report says besides the module: the search's rows and totals, the end-to-end
+    check, the run that made the model (backends, phase seconds, candidates left out).
+    Saved in manifest.json beside the regions (`to_manifest` / `from_manifest`)."""
+
+    rows: list[ReportRow] = field(default_factory=list)
+    estimated_cost: float | None = None
+    transition_cost: float | None = None
+    verdict: Verdict | None = None
+    backends_considered: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    rejected: list[Rejection] = field(default_factory=list)
+    op_names: dict[str, list[str]] = field(default_factory=dict)
+    """Region → the ONNX node name of each of its ops in dataflow order: the saved module
+    text drops the locations that hold them (`op_names`)."""
+
+    def to_manifest(self) -> dict:
+        """The manifest keys that hold this record (those `load` has always read included)."""
+        return {"estimated_cost": self.estimated_cost, "transition_cost": self.transition_cost,
+                "verdict": self.verdict.to_json() if self.verdict else None,
+                "report": [r.to_json() for r in self.rows],
+                "backends_considered": list(self.backends_considered),
+                "timings": dict(self.timings),
+                "rejected": [asdict(g) for g in self.rejected],
+                "op_names": dict(self.op_names)}
+
+    @staticmethod
+    def from_manifest(manifest: Mapping) -> Record:
+        """The record of a saved model (keys a model saved before them lacks stay empty)."""
+        verdict = manifest.get("verdict")
+        return Record(rows=[ReportRow.from_json(r) for r in manifest.get("report") or []],
+                      estimated_cost=manifest.get("estimated_cost"),
+                      transition_cost=manifest.get("transition_cost"),
+                      verdict=Verdict(**verdict) if verdict else None,
+                      backends_considered=list(manifest.get("backends_considered") or []),
+                      timings=dict(manifest.get("timings") or {}),
+                      rejected=[Rejection(**g) for g in manifest.get("rejected") or []],
+                      op_names={k: list(v) for k, v in
+                                (manifest.get("op_names") or {}).items()})
+
+
+def op_names(module: ir.Module) -> dict[str, list[str]]:
+    """Region → the ONNX node names of its ops (from their locations), as `Record` keeps."""
+    return {name: [onnx_view.node_name(n.op) for n in DataflowGraph(fn, owner=module).nodes
+                   if n.kind is NodeKind.OP]
+            for name, fn in region_functions(module).items()}
+
+
+@dataclass
+class _Slots:
+    """Per plan slot: the value's source ("input:NAME", "op:ID", "const"), the region that
+    made it (HOST for model inputs) and its type."""
+
+    source: dict[int, str] = field(default_factory=dict)
+    producer: dict[int, str] = field(default_factory=dict)
+    type: dict[int, ir.Type] = field(default_factory=dict)
+
+
+def report_data(module: ir.Module, record: Record,
+                measured: Mapping[str, float] | None = None,
+                rounds: int | None = None) -> dict:
+    """The report of an outlined `module` as plain JSON data (schema in `SCHEMA_PATH`): the
+    one source of `report(format="json")`, `--json` and the HTML explain view. `measured`
+    (region → seconds, from `profile` over `rounds`) adds the profile and each region's
+    estimate error."""
+    plan = build_plan(module)
+    functions = region_functions(module)
+    rows = {r.region: r for r in record.rows}
+    slots = _Slots()
+    args = public_functions(module)[0].regions[0].blocks[0].arguments
+    for k, (name, arg) in enumerate(zip(plan.input_names, args, strict=True)):
+        slots.source[k], slots.producer[k], slots.type[k] = f"input:{name}", HOST, arg.type
+    regions, handoffs, next_id = [], [], 0
+    for k, step in enumerate(plan.steps):
+        graph = DataflowGraph(functions[step.callee], owner=module)
+        ops, local = _region_ops(graph, step, slots, next_id,
+                                 record.op_names.get(step.callee))
+        next_id += len(ops)
+        handoffs += [_handoff(slots, slot, step.callee, step.backend, plan)
+                     for slot in dict.fromkeys(step.args)]
+        for (node, r), slot in zip(graph.outputs, step.results, strict=True):
+            slots.source[slot] = _value_source(graph, node, step, slots, local)
+            slots.producer[slot] = step.callee
+            slots.type[slot] = graph.nodes[node].values[r].type
+        regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee]))
+    handoffs += [_handoff(slots, slot, HOST, HOST, plan) for slot in dict.fromkeys(plan.outputs)]
+    data = {"schema_version": SCHEMA_VERSION,
+            "model": {"entry": plan.entry,
+                      "inputs": [{"name": n, **_tensor(slots.type[k])}
+                                 for k, n in enumerate(plan.input_names)],
+                      "outputs": [{"name": n, "source": slots.source[s], **_tensor(slots.type[s])}
+                                  for n, s in zip(plan.output_names, plan.outputs, strict=True)]},
+            "backends": {"considered": list(record.backends_considered),
+                         "used": sorted({s.backend for s in plan.steps})},
+            "totals": _totals(regions, record), "regions": regions, "handoffs": handoffs,
+            "verdict": _verdict(record.verdict), "phases_s": dict(record.timings),
+            "left_out": [asdict(g) for g in record.rejected], "profile": None}
+    if measured is not None:
+        data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds)
+    return data
+
+
+def _tensor(t: ir.Type) -> dict:
+    """{"shape": dims or None (unranked / not a tensor), "dtype": element type or None}."""
+    parsed = onnx_view.tensor_type(t)
+    if parsed is None:
+        return {"shape": None, "dtype": None}
+    shape, element = parsed
+    return {"shape": None if shape is None else list(shape), "dtype": element}
+
+
+def _value_source(graph: DataflowGraph, node: int, step: Step, slots: _Slots,
+                  local: dict[int, int]) -> str:
+    """Where a value of a region function comes from, in the whole model's terms."""
+    kind = graph.nodes[node].kind
+    if kind is NodeKind.OP:
+        return f"op:{local[node]}"
+    if kind is NodeKind.ARG:
+        return slots.source[step.args[node]]
+    return "const"
+
+
+def _region_ops(graph: DataflowGraph, step: Step, slots: _Slots, first_id: int,
+                names: list[str] | None) -> tuple[list[dict], dict[int, int]]:
+    """The ops of one region function (constants left out) in dataflow order, numbered
+    from `first_id`, named from `names` when given, else from their locations; and node
+    index → op id."""
+    local: dict[int, int] = {}
+    ops = []
+    for node in graph.nodes:
+        if node.kind is not NodeKind.OP:
+            continue
+        local[node.index] = first_id + len(ops)
+        inputs = []
+        for operand, value in zip(node.operands, node.op.operands, strict=True):
+            source = "none" if operand is None else _value_source(graph, operand[0], step,
+                                                                  slots, local)
+            inputs.append({"source": source, **_tensor(value.type)})
+        name = (names[len(ops)] if names and len(ops) < len(names)
+                else onnx_view.node_name(node.op))
+        ops.append({"id": local[node.index], "type": node.op_type,
+                    "name": name, "region": step.callee,
+                    "inputs": inputs, "outputs": [_tensor(v.type) for v in node.values]})
+    return ops, local
+
+
+def _handoff(slots: _Slots, slot: int, to: str, to_backend: str, plan: Plan) -> dict:
+    """One hand-off of the transition model: a value crossing into region `to` (HOST for
+    a model output). Its seconds are not kept per value (null); the total is in totals."""
+    src = slots.producer[slot]
+    src_backend = HOST if src == HOST else next(s.backend for s in plan.steps
+                                                if s.callee == src)
+    return {"from": src, "to": to, "from_backend": src_backend, "to_backend": to_backend,
+            "value": slots.source[slot], **_tensor(slots.type[slot]),
+            "bytes": onnx_view.tensor_nbytes(slots.type[slot]), "cost_s": None}
+
+
+def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
+            fn: ir.Operation) -> dict:
+    """One region's entry: its ops, estimate, runner-up and why it won."""
+    estimate = row.estimated_cost if row else None
+    if estimate is None and collage.ESTIMATED_COST in fn.attributes:
+        estimate = ir.FloatAttr(fn.attributes[collage.ESTIMATED_COST]).value
+    runner_up = None
+    if row and row.runner_up:
+        runner_up = {"backend": row.runner_up, "estimated_s": _finite(row.runner_up_cost)}
+    won_by, why = _why(step.backend, estimate, runner_up)
+    return {"name": step.callee, "index": k, "backend": step.backend,
+            "op_types": summarize_op_types([o["type"] for o in ops]),
+            "estimated_s": _finite(estimate), "runner_up": runner_up, "won_by": won_by,
+            "why": why, "measured_s": None, "error_s": None, "error_rel": None, "ops": ops}
+
+
+def _why(backend: str, estimate: float | None, runner_up: dict | None) -> tuple[str | None, str]:
+    """("kernel" | "hand-offs" | None, a sentence): a region whose runner-up's kernel was
+    cheaper won because the runner-up would have cost more in hand-offs around it."""
+    if runner_up is None or estimate is None or runner_up["estimated_s"] is None:
+        return None, "no other backend could run these ops as one region"
+    other, theirs = runner_up["backend"], runner_up["estimated_s"]
+    if estimate <= theirs:
+        return "kernel", (f"kernel: {backend} {_ms(estimate)} ms against {other} "
+                          f"{_ms(theirs)} ms")
+    return "hand-offs", (f"hand-offs: {other}'s kernel is {_ms(estimate - theirs)} ms cheaper, "
+                         f"but the cover with it costs more in hand-offs")
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _totals(regions: list[dict], record: Record) -> dict:
+    """Counts and seconds over the regions, per backend too; hand-offs = the estimate less
+    the kernels when the search did not say."""
+    kernels = [r["estimated_s"] for r in regions]
+    kernel_sum = math.fsum(kernels) if all(c is not None for c in kernels) else None
+    handoffs = record.transition_cost
+    if handoffs is None and record.estimated_cost is not None and kernel_sum is not None:
+        handoffs = max(0.0, record.estimated_cost - kernel_sum)
+    by_backend: dict[str, dict] = {}
+    for r in regions:
+        b = by_backend.setdefault(r["backend"], {"regions": 0, "ops": 0, "estimated_s": 0.0})
+        b["regions"] += 1
+        b["ops"] += len(r["ops"])
+        b["estimated_s"] += r["estimated_s"] or 0.0
+    return {"regions": len(regions), "ops": sum(len(r["ops"]) for r in regions),
+            "estimated_s": _finite(record.estimated_cost), "kernels_s": kernel_sum,
+            "handoffs_s": handoffs, "by_backend": by_backend}
+
+
+def _verdict(verdict: Verdict | None) -> dict | None:
+    if verdict is None:
+        return None
+    return {"kept": verdict.kept, "pick_kept": verdict.kept == "pick",
+            "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()]}
+
+
+def _profile(regions: list[dict], measured: Mapping[str, float], estimated: float | None,
+             rounds: int | None) -> dict:
+    """Measured seconds per region (median call inside whole runs) beside the estimates;
+    error = estimate - measured (and relative to measured), per region and in total (the
+    total estimate includes hand-offs, the measured sum includes what each call paid for
+    them)."""
+    for r in regions:
+        got = measured.get(r["name"])
+        r["measured_s"] = got
+        if got is not None and r["estimated_s"] is not None:
+            r["error_s"] = r["estimated_s"] - got
+            r["error_rel"] = r["error_s"] / got if got > 0 else None
+    total = math.fsum(measured.values())
+    error = None if estimated is None else estimated - total
+    return {"rounds": rounds, "measured_total_s": total, "estimated_total_s": estimated,
+            "error_s": error, "error_rel": error / total if error is not None and total > 0
+            else None}

@@ -1,0 +1,26 @@
+"""A mixed partition for the report and explain tests: squeezenet over onnxruntime and
+openvino under table costs (test/data/mixing_costs.json: Conv and pooling cheaper on
+openvino, everything else on onnxruntime), nothing measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import light_model_path
+
+import collage_mlir
+from collage_mlir.backends.registry import available_backends
+
+COSTS = Path(__file__).resolve().parents[1] / "data" / "mixing_costs.json"
+BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
+
+
+def mixed_model(out: Path) -> tuple[collage_mlir.PartitionedModel, Path]:
+    """The mixed squeezenet partition, and where it was saved (under `out`)."""
+    if len(BACKENDS) < 2:
+        pytest.skip("needs onnxruntime and openvino for a mixed partition")
+    model = collage_mlir.compile(light_model_path("squeezenet"), backends=BACKENDS,
+                                 cost=f"table:{COSTS}", max_depth=2)
+    assert {s.backend for s in model.plan.steps} == set(BACKENDS), "expected a mix"
+    return model, model.save(out / "squeezenet")

@@ -1,0 +1,228 @@
+"""The JSON report (`report(format="json")`, `--json`) against its schema and the partition it
+describes, its survival through save, and the explain page drawn from it."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import math
+import re
+import shutil
+
+import pytest
+from explain_model import BACKENDS, COSTS, mixed_model
+
+import collage_mlir
+from collage_mlir.errors import CollageError
+from collage_mlir.runtime.explain import backend_colours, explain_html
+from collage_mlir.runtime.model import describe
+from collage_mlir.runtime.report import SCHEMA_PATH, SCHEMA_VERSION, _why, report_data
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test extra) not installed")
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    return mixed_model(tmp_path_factory.mktemp("explain"))
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    s = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(s)
+    return s
+
+
+def test_report_matches_schema_and_partition(mixed, schema):
+    model, _ = mixed
+    data = json.loads(model.report(format="json"))
+    jsonschema.validate(data, schema)
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert [r["name"] for r in data["regions"]] == [s.callee for s in model.plan.steps]
+    assert [r["backend"] for r in data["regions"]] == [s.backend for s in model.plan.steps]
+    assert data["backends"]["used"] == sorted(BACKENDS)
+    assert data["backends"]["considered"] == BACKENDS
+    assert set(data["phases_s"]) >= {"import", "annotate", "measure", "search", "compile"}
+    ops = [op for r in data["regions"] for op in r["ops"]]
+    assert [op["id"] for op in ops] == list(range(len(ops))) == list(range(data["totals"]["ops"]))
+    for op in ops:  # every op reads earlier ops only: ids follow execution order
+        for t in op["inputs"]:
+            if t["source"].startswith("op:"):
+                assert int(t["source"][3:]) < op["id"]
+    rows = {r.region: r for r in model.report_rows}
+    for region in data["regions"]:
+        assert region["estimated_s"] == rows[region["name"]].estimated_cost
+        assert region["runner_up"]["backend"] == rows[region["name"]].runner_up
+        assert {op["region"] for op in region["ops"]} == {region["name"]}
+        assert len(region["ops"]) == rows[region["name"]].ops
+
+
+def test_handoffs_follow_the_transition_model(mixed):
+    model, _ = mixed
+    data = report_data(model.module, model.record())
+    expected = sum(len(set(s.args)) for s in model.plan.steps) + len(set(model.plan.outputs))
+    assert len(data["handoffs"]) == expected
+    into = [h for h in data["handoffs"] if h["to"] == data["regions"][1]["name"]]
+    assert into and into[0]["from"] == data["regions"][0]["name"]
+    assert into[0]["bytes"] == 4 * math.prod(into[0]["shape"])
+    totals = data["totals"]
+    assert totals["handoffs_s"] == pytest.approx(model.partitioning.transition_cost)
+    assert totals["kernels_s"] + totals["handoffs_s"] == pytest.approx(totals["estimated_s"])
+    # the table prices 0.05 s per hand-off between two backends, none with the host
+    crossings = [h for h in data["handoffs"] if "host" not in (h["from"], h["to"])
+                 and h["from_backend"] != h["to_backend"]]
+    assert totals["handoffs_s"] == pytest.approx(0.05 * len(crossings))
+
+
+def test_profile_adds_measured_times_and_errors(mixed, schema):
+    model, _ = mixed
+    measured = {s.callee: 0.5 for s in model.plan.steps}
+    data = json.loads(model.report(measured, format="json", rounds=3))
+    jsonschema.validate(data, schema)
+    profile = data["profile"]
+    assert profile["rounds"] == 3
+    assert profile["measured_total_s"] == pytest.approx(0.5 * len(measured))
+    assert profile["error_s"] == pytest.approx(model.estimated_cost - 0.5 * len(measured))
+    first = data["regions"][0]
+    assert first["measured_s"] == 0.5
+    assert first["error_s"] == pytest.approx(first["estimated_s"] - 0.5)
+    assert first["error_rel"] == pytest.approx((first["estimated_s"] - 0.5) / 0.5)
+    assert json.loads(model.report(format="json"))["profile"] is None
+
+
+def test_saved_model_keeps_what_the_report_needs(mixed):
+    model, saved = mixed
+    module, record = describe(saved)
+    assert report_data(module, record) == report_data(model.module, model.record())
+    names = [op["name"] for r in report_data(module, record)["regions"] for op in r["ops"]]
+    assert sum(map(bool, names)) > len(names) // 2, "ONNX node names lost in the saved model"
+    manifest = json.loads((saved / "manifest.json").read_text())
+    assert manifest["backends_considered"] == BACKENDS
+    assert manifest["transition_cost"] == pytest.approx(model.partitioning.transition_cost)
+
+
+def test_text_report_is_the_default_and_unknown_formats_fail(mixed):
+    model, _ = mixed
+    text = model.report()
+    assert text == model.report(format="text")
+    assert text.splitlines()[0].split()[:3] == ["region", "backend", "ops"]
+    with pytest.raises(CollageError, match="report format 'xml'"):
+        model.report(format="xml")
+
+
+def test_why_names_hand_offs_when_the_runner_up_kernel_was_cheaper():
+    assert _why("openvino", 2e-3, {"backend": "onnxruntime", "estimated_s": 1e-3})[0] == "hand-offs"
+    assert _why("openvino", 1e-3, {"backend": "onnxruntime", "estimated_s": 2e-3})[0] == "kernel"
+    assert _why("openvino", 1e-3, None)[0] is None
+
+
+class _Svg(html.parser.HTMLParser):
+    """Op node ids → the fill of their first shape; the embedded report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fills: dict[str, str] = {}
+        self.clusters: list[str] = []
+        self.open: str | None = None
+        self.in_data = False
+        self.data = ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "g" and (a.get("id") or "").startswith("op-"):
+            self.open = a["id"]
+        elif tag == "g" and "cluster" in (a.get("class") or "").split():
+            self.clusters.append(a.get("id", ""))
+        elif tag in ("rect", "polygon", "path") and self.open and self.open not in self.fills:
+            self.fills[self.open] = a.get("fill", "")
+        self.in_data = tag == "script" and a.get("id") == "report-data"
+
+    def handle_data(self, data):
+        if self.in_data:
+            self.data += data
+
+
+LAYOUTS = ["layered"] + (["dot"] if shutil.which("dot") else [])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_explain_page_colours_every_op_and_embeds_the_report(mixed, layout):
+    model, _ = mixed
+    data = report_data(model.module, model.record())
+    page = explain_html(data, layout)
+    parser = _Svg()
+    parser.feed(page)
+    colours = backend_colours(data)
+    backend = {op["id"]: r["backend"] for r in data["regions"] for op in r["ops"]}
+    assert {f"op-{k}" for k in backend} == set(parser.fills)
+    for k, b in backend.items():
+        assert parser.fills[f"op-{k}"].lower() == colours[b].lower()
+    assert json.loads(parser.data)["report"] == data
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "page loads from the network"
+    assert parser.clusters == [f"rg-{r['index']}" for r in data["regions"]]
+
+
+def test_layered_layout_handles_two_thousand_ops():
+    n = 2000
+    regions = [{"name": f"main_b{k % 2}_{k}", "index": k, "backend": f"b{k % 2}",
+                "op_types": "Add", "estimated_s": 1e-3, "runner_up": None, "won_by": None,
+                "why": "", "measured_s": None, "error_s": None, "error_rel": None,
+                "ops": [{"id": i, "type": "Add", "name": f"n{i}", "region": f"main_b{k % 2}_{k}",
+                         "inputs": [{"source": f"op:{i - 1}" if i else "input:x", "shape": [1],
+                                     "dtype": "f32"}] + ([{"source": f"op:{i - 7}",
+                                                           "shape": [1], "dtype": "f32"}]
+                                                         if i >= 7 else []),
+                         "outputs": [{"shape": [1], "dtype": "f32"}]}
+                        for i in range(k * 20, k * 20 + 20)]}
+               for k in range(n // 20)]
+    data = {"model": {"entry": "main", "inputs": [{"name": "x", "shape": [1], "dtype": "f32"}],
+                      "outputs": [{"name": "y", "source": f"op:{n - 1}", "shape": [1],
+                                   "dtype": "f32"}]},
+            "backends": {"considered": ["b0", "b1"], "used": ["b0", "b1"]},
+            "totals": {"regions": n // 20, "ops": n, "estimated_s": 0.1, "kernels_s": 0.1,
+                       "handoffs_s": 0.0, "by_backend": {}},
+            "regions": regions, "handoffs": [], "verdict": None, "phases_s": {},
+            "left_out": [], "profile": None}
+    page = explain_html(data)  # over DOT_MAX_OPS: the built-in layout
+    parser = _Svg()
+    parser.feed(page)
+    assert len(parser.fills) == n
+    assert '"layout":"layered"' in page
+
+
+def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
+    from collage_mlir.tools.cli import main
+
+    if len(BACKENDS) < 2:
+        pytest.skip("needs onnxruntime and openvino")
+    from conftest import light_model_path
+
+    out, report = tmp_path / "out", tmp_path / "r.json"
+    assert main(["partition", light_model_path("squeezenet"), "--backends", ",".join(BACKENDS),
+                 "--cost", f"table:{COSTS}", "--max-depth", "2", "-o", str(out),
+                 "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, schema)
+    assert data["totals"]["regions"] > 1
+    page, again = tmp_path / "p.html", tmp_path / "again.json"
+    assert main(["explain", str(out), "-o", str(page), "--json", str(again)]) == 0
+    assert json.loads(again.read_text()) == data
+    assert "report-data" in page.read_text()
+    assert main(["explain", str(tmp_path / "missing"), "-o", str(page)]) == 1
+    assert "not a saved partitioned model" in capsys.readouterr().err
+
+
+def test_cli_run_json_has_the_profile(tmp_path, schema):
+    from conftest import light_model_path
+
+    from collage_mlir.tools.cli import main
+
+    model = collage_mlir.compile(light_model_path("squeezenet"), backends=["onnxruntime"],
+                                 cost=f"table:{COSTS}", max_depth=2)
+    model.save(tmp_path / "m")
+    report = tmp_path / "r.json"
+    assert main(["run", str(tmp_path / "m"), "--profile", "2", "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, schema)
+    assert data["profile"]["rounds"] == 2
+    assert all(r["measured_s"] > 0 for r in data["regions"])
