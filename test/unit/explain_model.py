@@ -4,6 +4,7 @@ openvino, everything else on onnxruntime), nothing measured."""
 
 from __future__ import annotations
 
+import html.parser
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,30 @@ def mixed_model(out: Path) -> tuple[collage_mlir.PartitionedModel, Path]:
                                  cost=f"table:{COSTS}", max_depth=2)
     assert {s.backend for s in model.plan.steps} == set(BACKENDS), "expected a mix"
     return model, model.save(out / "squeezenet")
+
+
+class SvgPage(html.parser.HTMLParser):
+    """An explain page (or the DOM a browser made of it): op node id → the fill of its
+    first shape, the region clusters' ids in order, the embedded report's text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fills: dict[str, str] = {}
+        self.clusters: list[str] = []
+        self.open: str | None = None
+        self.in_data = False
+        self.data = ""
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "g" and (a.get("id") or "").startswith("op-"):
+            self.open = a["id"]
+        elif tag == "g" and "cluster" in (a.get("class") or "").split():
+            self.clusters.append(a.get("id", ""))
+        elif tag in ("rect", "polygon", "path") and self.open and self.open not in self.fills:
+            self.fills[self.open] = a.get("fill", "")
+        self.in_data = tag == "script" and a.get("id") == "report-data"
+
+    def handle_data(self, data):
+        if self.in_data:
+            self.data += data

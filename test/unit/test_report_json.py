@@ -3,14 +3,13 @@ describes, its survival through save, and the explain page drawn from it."""
 
 from __future__ import annotations
 
-import html.parser
 import json
 import math
 import re
 import shutil
 
 import pytest
-from explain_model import BACKENDS, COSTS, mixed_model
+from explain_model import BACKENDS, COSTS, SvgPage, mixed_model
 
 import collage_mlir
 from collage_mlir.errors import CollageError
@@ -116,32 +115,6 @@ def test_why_names_hand_offs_when_the_runner_up_kernel_was_cheaper():
     assert _why("openvino", 1e-3, None)[0] is None
 
 
-class _Svg(html.parser.HTMLParser):
-    """Op node ids → the fill of their first shape; the embedded report."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fills: dict[str, str] = {}
-        self.clusters: list[str] = []
-        self.open: str | None = None
-        self.in_data = False
-        self.data = ""
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "g" and (a.get("id") or "").startswith("op-"):
-            self.open = a["id"]
-        elif tag == "g" and "cluster" in (a.get("class") or "").split():
-            self.clusters.append(a.get("id", ""))
-        elif tag in ("rect", "polygon", "path") and self.open and self.open not in self.fills:
-            self.fills[self.open] = a.get("fill", "")
-        self.in_data = tag == "script" and a.get("id") == "report-data"
-
-    def handle_data(self, data):
-        if self.in_data:
-            self.data += data
-
-
 LAYOUTS = ["layered"] + (["dot"] if shutil.which("dot") else [])
 
 
@@ -150,7 +123,7 @@ def test_explain_page_colours_every_op_and_embeds_the_report(mixed, layout):
     model, _ = mixed
     data = report_data(model.module, model.record())
     page = explain_html(data, layout)
-    parser = _Svg()
+    parser = SvgPage()
     parser.feed(page)
     colours = backend_colours(data)
     backend = {op["id"]: r["backend"] for r in data["regions"] for op in r["ops"]}
@@ -184,7 +157,7 @@ def test_layered_layout_handles_two_thousand_ops():
             "regions": regions, "handoffs": [], "verdict": None, "phases_s": {},
             "left_out": [], "profile": None}
     page = explain_html(data)  # over DOT_MAX_OPS: the built-in layout
-    parser = _Svg()
+    parser = SvgPage()
     parser.feed(page)
     assert len(parser.fills) == n
     assert '"layout":"layered"' in page

@@ -1,0 +1,127 @@
+"""The explain page in a real browser: headless Chromium loads the page of a mixed partition
+and must log nothing to its console, colour every op with its backend, and show a region's
+costs (and an op's details) when one is clicked (`#select=ID` clicks it on load; the DOM
+is read back with `--dump-dom`).
+
+Chromium comes from Debian (`apt-get install -y chromium`): the session fixture tries the
+install once where it can (root, apt-get) and otherwise skips with the reason.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from explain_model import SvgPage, mixed_model
+
+from collage_mlir.runtime.explain import backend_colours, write_explain
+from collage_mlir.runtime.report import report_data
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _which_browser() -> str | None:
+    return next((p for p in map(shutil.which, BROWSERS) if p), None)
+
+
+def _apt_install() -> str:
+    """Install Debian's chromium (update the lists once if a plain install fails); returns
+    what went wrong, "" on success."""
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        return "not root or no apt-get"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for commands in ([["apt-get", "install", "-y", "-q", "chromium"]],
+                     [["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]]):
+        try:
+            done = [subprocess.run(c, capture_output=True, text=True, timeout=600, env=env)
+                    for c in commands]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        if done[-1].returncode == 0:
+            return ""
+    return (done[-1].stderr.strip().splitlines() or ["apt-get failed"])[-1]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The headless browser's path, installed once per session where possible."""
+    path = _which_browser()
+    if path is None:
+        why = _apt_install()
+        path = _which_browser()
+        if path is None:
+            pytest.skip(f"headless Chromium unavailable ({why or 'not found after install'}); "
+                        "install it with `apt-get install -y chromium`")
+    return path
+
+
+def load_page(browser: str, page: Path, fragment: str, profile: Path) -> tuple[str, list[str]]:
+    """The DOM of `page#fragment` once its scripts ran, and the console's lines."""
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--enable-logging=stderr", "--v=0", f"--user-data-dir={profile}",
+         "--virtual-time-budget=5000", "--dump-dom", f"{page.as_uri()}#{fragment}"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def details(dom: str) -> tuple[str, str]:
+    """(the id the details panel shows, its text)."""
+    m = re.search(r'<div id="details"([^>]*)>(.*?)</div>', dom, re.S)
+    assert m, "no details panel"
+    selected = re.search(r'data-selected="([^"]*)"', m.group(1))
+    text = html.unescape(re.sub(r"<[^>]+>", " ", m.group(2)))
+    return (selected.group(1) if selected else ""), " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> dict:
+    model, _ = mixed_model(tmp_path_factory.mktemp("browser"))
+    return report_data(model.module, model.record())
+
+
+LAYOUTS = ["layered"] + (["dot"] if shutil.which("dot") else [])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_clicking_a_region_shows_its_costs(chromium, report, layout, tmp_path):
+    page = write_explain(report, tmp_path / "p.html", layout)
+    region = next(r for r in report["regions"] if r["runner_up"] and len(r["ops"]) > 1)
+    dom, console = load_page(chromium, page, f"select=rg-{region['index']}", tmp_path / "prof")
+    assert console == [], "console output:\n" + "\n".join(console)
+    root = re.search(r"<html[^>]*>", dom).group(0)  # the page's own error counter is on it
+    assert 'data-ready="1"' in root and "data-errors" not in root, root
+    parsed = SvgPage()
+    parsed.feed(dom)
+    colours = {c.lower() for c in backend_colours(report).values()}
+    ops = [op for r in report["regions"] for op in r["ops"]]
+    assert len(parsed.fills) == len(ops)
+    assert {f.lower() for f in parsed.fills.values()} <= colours
+    selected, text = details(dom)
+    assert selected == f"rg-{region['index']}"
+    assert region["name"] in text
+    assert f"estimated {region['estimated_s'] * 1e3:.3f} ms" in text
+    assert (f"runner-up {region['runner_up']['backend']} "
+            f"{region['runner_up']['estimated_s'] * 1e3:.3f} ms") in text
+    assert "hand-offs in" in text
+    assert json.loads(parsed.data)["report"] == report
+
+
+def test_clicking_an_op_shows_its_type_name_and_shapes(chromium, report, tmp_path):
+    page = write_explain(report, tmp_path / "p.html", "layered")
+    op = next(op for r in report["regions"] for op in r["ops"] if op["type"] == "Conv")
+    dom, console = load_page(chromium, page, f"select=op-{op['id']}", tmp_path / "prof")
+    assert console == []
+    selected, text = details(dom)
+    assert selected == f"op-{op['id']}"
+    assert f"type {op['type']}" in text
+    assert f"ONNX node {op['name']}" in text
+    assert "[" + "x".join(map(str, op["outputs"][0]["shape"])) + "] f32" in text
+    assert f"region {op['region']}" in text
