@@ -108,18 +108,25 @@ def module_resources(module: ir.Module | ir.Operation) -> Mapping[str, bytes | m
     return table
 
 
-def resource_array(attr: ir.Attribute, table: Mapping[str, bytes | memoryview]) -> np.ndarray:
-    """The numpy value of a `dense_resource` attribute, shaped and typed from its tensor type."""
+def _resource_ref(attr: ir.Attribute) -> tuple[str, tuple[int, ...], str] | None:
+    """(blob key, shape, element type) of a `dense_resource` attribute; None otherwise."""
     m = _HANDLE.fullmatch(str(attr).strip())
     if not m:
+        return None
+    *dims, elem = m.group(2).split("x") if m.group(2) else [""]
+    return unquote_key(m.group(1)), tuple(int(d) for d in dims if d), elem
+
+
+def resource_array(attr: ir.Attribute, table: Mapping[str, bytes | memoryview]) -> np.ndarray:
+    """The numpy value of a `dense_resource` attribute, shaped and typed from its tensor type."""
+    ref = _resource_ref(attr)
+    if ref is None:
         raise ValueError(f"not a dense_resource attribute: {attr}")
-    key = unquote_key(m.group(1))
+    key, shape, elem = ref
     if key not in table:
         raise KeyError(f"resource blob '{key}' is not in the module (elided or missing)")
-    *dims, elem = m.group(2).split("x") if m.group(2) else [""]
     if elem not in NUMPY_DTYPES:
         raise ValueError(f"unsupported element type '{elem}' in {attr}")
-    shape = tuple(int(d) for d in dims if d)
     dtype = NUMPY_DTYPES[elem]
     data = np.frombuffer(table[key], dtype=dtype)
     if data.size != int(np.prod(shape, dtype=np.int64)) and data.size == 1:
@@ -214,42 +221,44 @@ def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
         yield store_of(module)
         return
     directory = Path(tempfile.mkdtemp(prefix="collage-weights-"))
+    attrs = module.operation.attributes
     try:
-        try:
-            store = open_store(str(WeightStore.write(module, directory).path))  # one map
-        except OSError:
-            store = None
-        if store is None or not store.index:
-            yield None
-            return
-        module.operation.attributes[WEIGHTS] = ir.StringAttr.get(str(directory), module.context)
-        _cache.pop(id(module), None)
-        try:
-            yield store
-        finally:
-            if WEIGHTS in module.operation.attributes:
-                del module.operation.attributes[WEIGHTS]
+        store = _write_store(module, directory)
+        if store is not None:
+            attrs[WEIGHTS] = ir.StringAttr.get(str(directory), module.context)
             _cache.pop(id(module), None)
+        yield store
     finally:
+        if WEIGHTS in attrs:
+            del attrs[WEIGHTS]
+            _cache.pop(id(module), None)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _write_store(module: ir.Module, directory: Path) -> WeightStore | None:
+    """The store of `module`'s large blobs in `directory` (the one `store_of` opens), or
+    None when there is no such blob or it cannot be written."""
+    try:
+        store = open_store(str(WeightStore.write(module, directory).path))
+    except OSError:
+        return None
+    return store if store.index else None
 
 
 def external_tensor(name: str, attr: ir.Attribute, store: WeightStore) -> onnx.TensorProto | None:
     """An ONNX initializer `name` whose data stays in `store`'s file (ONNX external data,
     located relative to the store's directory), when `attr` is a `dense_resource` blob the
     store holds; None otherwise."""
-    m = _HANDLE.fullmatch(str(attr).strip()) if _is_resource(attr) else None
-    if m is None or unquote_key(m.group(1)) not in store.index:
+    ref = _resource_ref(attr) if _is_resource(attr) else None
+    if ref is None or ref[0] not in store.index or ref[2] not in NUMPY_DTYPES:
         return None
-    offset, nbytes = store.index[unquote_key(m.group(1))]
-    *dims, elem = m.group(2).split("x") if m.group(2) else [""]
-    if elem not in NUMPY_DTYPES:
-        return None
-    tensor = onnx.TensorProto(name=name, dims=[int(d) for d in dims if d],
+    key, shape, elem = ref
+    offset, nbytes = store.index[key]
+    tensor = onnx.TensorProto(name=name, dims=shape,
                               data_type=onnx.helper.np_dtype_to_tensor_dtype(NUMPY_DTYPES[elem]),
                               data_location=onnx.TensorProto.EXTERNAL)
-    for key, value in (("location", _DATA), ("offset", offset), ("length", nbytes)):
-        tensor.external_data.add(key=key, value=str(value))
+    for field, value in (("location", _DATA), ("offset", offset), ("length", nbytes)):
+        tensor.external_data.add(key=field, value=str(value))
     return tensor
 
 
