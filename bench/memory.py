@@ -74,10 +74,12 @@ def main() -> int:
         main_rss = processes.get(proc.pid, (0, 0))[1]
         tree = sum(processes.get(pid, (0, 0))[1] for pid in pids)
         peak_main, peak_tree = max(peak_main, main_rss), max(peak_tree, tree)
-        pss = sum(_pss(pid) for pid in pids)
-        peak_pss = max(peak_pss, pss)
         now = time.perf_counter() - t0
-        if args.timeline and now >= next_line:
+        line_due = args.timeline and now >= next_line
+        if tree > peak_pss or line_due:  # PSS <= RSS: only then can it be a new peak
+            pss = sum(_pss(pid) for pid in pids)  # reading smaps is not cheap
+            peak_pss = max(peak_pss, pss)
+        if line_due:
             print(f"[memory {now:7.1f} s] main {main_rss / 2**20:6.0f} MiB, "
                   f"tree {tree / 2**20:6.0f} MiB, tree PSS {pss / 2**20:6.0f} MiB", flush=True)
             next_line = now + args.timeline
