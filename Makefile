@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit lit bench clean
+.PHONY: demo test lint unit lit bench clean explain-screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,21 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/backends.py
+
+# The README's picture of `collage-mlir explain`: alexnet split over onnxruntime and openvino
+# under table costs (test/data/explain_costs.json, nothing measured), drawn, and shot by
+# headless Chromium (Debian: apt-get install -y chromium graphviz) with a region clicked.
+CHROMIUM ?= chromium
+SHOT     := build/explain
+explain-screenshot: $(STAMP)
+	mkdir -p $(SHOT) docs
+	$(BIN)/collage-mlir partition examples/alexnet.onnx --backends onnxruntime,openvino \
+	  --cost table:test/data/explain_costs.json --max-depth 2 -o $(SHOT)/alexnet \
+	  --json $(SHOT)/alexnet.json
+	$(BIN)/collage-mlir explain $(SHOT)/alexnet -o $(SHOT)/alexnet.html
+	$(CHROMIUM) --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,900 \
+	  --screenshot=$(abspath docs/explain_alexnet.png) \
+	  "file://$(abspath $(SHOT)/alexnet.html)#select=rg-4"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -46,15 +46,28 @@ def backend_colours(data: dict) -> dict[str, str]:
 
 
 @dataclass
+class Cluster:
+    """Nodes drawn inside one outline (a region), as element `rg-K`."""
+
+    label: str
+    colour: str
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Graph:
-    """The drawing's nodes (ids "in-K", "op-ID", "out-K"), labels, edges and regions."""
+    """A drawing: node ids ("in-K", "op-ID" or "rn-K" for a whole region, "out-K") in an
+    order where producers come first, their labels and fills, edges, clusters by region."""
 
     nodes: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     fills: dict[str, str] = field(default_factory=dict)
     edges: list[tuple[str, str]] = field(default_factory=list)
-    regions: dict[int, list[str]] = field(default_factory=dict)
-    """Region index → its op node ids."""
+    clusters: dict[int, Cluster] = field(default_factory=dict)
+
+    def add(self, node: str, label: str, fill: str) -> None:
+        self.nodes.append(node)
+        self.labels[node], self.fills[node] = label, fill
 
 
 def _source_node(source: str, inputs: dict[str, str]) -> str | None:
@@ -66,59 +79,84 @@ def _source_node(source: str, inputs: dict[str, str]) -> str | None:
 
 
 def build_graph(data: dict, colours: dict[str, str]) -> Graph:
-    """The dataflow graph of the report: model inputs, ops, model outputs; one edge per
-    distinct (producer, consumer) pair."""
+    """The dataflow graph of the report: model inputs, ops (clustered by region), model
+    outputs; one edge per distinct (producer, consumer) pair."""
     g = Graph()
     inputs = {t["name"]: f"in-{k}" for k, t in enumerate(data["model"]["inputs"])}
     for name, node in inputs.items():
-        g.nodes.append(node)
-        g.labels[node], g.fills[node] = f"input {name}", IO_COLOUR
+        g.add(node, f"input {name}", IO_COLOUR)
     edges: dict[tuple[str, str], None] = {}
     for region in data["regions"]:
-        g.regions[region["index"]] = []
+        cluster = g.clusters[region["index"]] = Cluster(region["name"],
+                                                        colours[region["backend"]])
         for op in region["ops"]:
             node = f"op-{op['id']}"
-            g.nodes.append(node)
-            g.regions[region["index"]].append(node)
-            g.labels[node] = op["type"]
-            g.fills[node] = colours[region["backend"]]
+            g.add(node, op["type"], cluster.colour)
+            cluster.nodes.append(node)
             for t in op["inputs"]:
                 src = _source_node(t["source"], inputs)
                 if src is not None:
                     edges[(src, node)] = None
+    _add_outputs(g, data, inputs, edges, lambda node: node)
+    return g
+
+
+def _add_outputs(g: Graph, data: dict, inputs: dict[str, str],
+                 edges: dict[tuple[str, str], None], node_of) -> None:
+    """The model outputs and their edges (from `node_of(op node)`), then all edges."""
     for k, t in enumerate(data["model"]["outputs"]):
-        node = f"out-{k}"
-        g.nodes.append(node)
-        g.labels[node], g.fills[node] = f"output {t['name']}", IO_COLOUR
+        g.add(f"out-{k}", f"output {t['name']}", IO_COLOUR)
         src = _source_node(t["source"], inputs)
         if src is not None:
-            edges[(src, node)] = None
+            edges[(node_of(src), f"out-{k}")] = None
     g.edges = list(edges)
+
+
+def region_graph(data: dict, colours: dict[str, str]) -> Graph:
+    """The graph of regions (node `rn-K` per region; an edge per hand-off between two
+    regions): the overview of a large model."""
+    g = Graph()
+    inputs = {t["name"]: f"in-{k}" for k, t in enumerate(data["model"]["inputs"])}
+    for name, node in inputs.items():
+        g.add(node, f"input {name}", IO_COLOUR)
+    node_of = {f"op-{op['id']}": f"rn-{r['index']}" for r in data["regions"] for op in r["ops"]}
+    for r in data["regions"]:
+        n = len(r["ops"])
+        g.add(f"rn-{r['index']}", f"{n} op{'s' * (n != 1)}: {r['op_types']}",
+              colours[r["backend"]])
+    edges: dict[tuple[str, str], None] = {}
+    index = {r["name"]: r["index"] for r in data["regions"]}
+    for h in data["handoffs"]:
+        if h["to"] in index:
+            src = (f"rn-{index[h['from']]}" if h["from"] in index
+                   else _source_node(h["value"], inputs))
+            if src is not None:
+                edges[(src, f"rn-{index[h['to']]}")] = None
+    _add_outputs(g, data, inputs, edges, lambda node: node_of.get(node, node))
     return g
 
 
 # -- layout with Graphviz dot -------------------------------------------------------------------
 
 
-def _dot_text(g: Graph, data: dict, colours: dict[str, str]) -> str:
+def _dot_text(g: Graph) -> str:
     def q(s: str) -> str:
         return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
     lines = ["digraph partition {", "rankdir=TB; nodesep=0.15; ranksep=0.3;",
              'node [shape=box style="rounded,filled" fontname="Helvetica" fontsize=10 '
              'height=0.3 margin="0.06,0.02" penwidth=0.8];', "edge [arrowsize=0.5 color=\"#888888\"];"]
-    in_region = {n for nodes in g.regions.values() for n in nodes}
+    in_region = {n for c in g.clusters.values() for n in c.nodes}
     for n in g.nodes:
         if n not in in_region:
-            lines.append(f"{q(n)} [id={q(n)} label={q(g.labels[n])} fillcolor={q(g.fills[n])} "
-                         "shape=ellipse];")
-    for region in data["regions"]:
-        k = region["index"]
-        colour = colours[region["backend"]]
+            shape = "" if n.startswith("rn-") else " shape=ellipse"
+            lines.append(f"{q(n)} [id={q(n)} label={q(g.labels[n])} "
+                         f"fillcolor={q(g.fills[n])}{shape}];")
+    for k, c in g.clusters.items():
         lines.append(f"subgraph {q(f'cluster_{k}')} {{ id={q(f'rg-{k}')} "
-                     f"color={q(colour)} penwidth=2 style=rounded fontsize=9 "
-                     f"fontname=Helvetica label={q(region['name'])};")
-        for n in g.regions[k]:
+                     f"color={q(c.colour)} penwidth=2 style=rounded fontsize=9 "
+                     f"fontname=Helvetica label={q(c.label)};")
+        for n in c.nodes:
             lines.append(f"{q(n)} [id={q(n)} label={q(g.labels[n])} "
                          f"fillcolor={q(g.fills[n])}];")
         lines.append("}")
@@ -127,10 +165,10 @@ def _dot_text(g: Graph, data: dict, colours: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def dot_svg(g: Graph, data: dict, colours: dict[str, str]) -> str:
+def dot_svg(g: Graph) -> str:
     """The graph laid out by `dot` as an SVG element (prolog and sizes stripped)."""
     try:
-        out = subprocess.run(["dot", "-Tsvg"], input=_dot_text(g, data, colours),
+        out = subprocess.run(["dot", "-Tsvg"], input=_dot_text(g),
                              capture_output=True, text=True, timeout=DOT_TIMEOUT_S, check=True)
     except subprocess.TimeoutExpired:
         raise CollageError(f"explain: dot took over {DOT_TIMEOUT_S:.0f} s") from None
@@ -195,9 +233,9 @@ def _hull(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return lower[:-1] + upper[:-1]
 
 
-def layered_svg(g: Graph, data: dict, colours: dict[str, str]) -> str:
+def layered_svg(g: Graph) -> str:
     """The graph in our layered layout as an SVG element, with the ids `dot_svg` uses."""
-    region_of = {n: k for k, nodes in g.regions.items() for n in nodes}
+    region_of = {n: k for k, c in g.clusters.items() for n in c.nodes}
     pos = layered_positions(g, region_of)
     width = max((x for x, _ in pos.values()), default=0) + NODE_W + GAP_X
     height = max((y for _, y in pos.values()), default=0) + NODE_H + GAP_Y
@@ -205,12 +243,11 @@ def layered_svg(g: Graph, data: dict, colours: dict[str, str]) -> str:
              f'{height:.0f}" xmlns="http://www.w3.org/2000/svg">',
              '<g id="graph0" class="graph">']
     pad = 6.0
-    for region in data["regions"]:
-        k = region["index"]
-        corners = [(x + dx, y + dy) for n in g.regions[k] for x, y in [pos[n]]
+    for k, c in g.clusters.items():
+        corners = [(x + dx, y + dy) for n in c.nodes for x, y in [pos[n]]
                    for dx in (-pad, NODE_W + pad) for dy in (-pad, NODE_H + pad)]
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in _hull(corners))
-        colour = colours[region["backend"]]
+        colour = c.colour
         parts.append(f'<g id="rg-{k}" class="cluster"><polygon points="{points}" '
                      f'fill="{colour}" fill-opacity="0.12" stroke="{colour}" '
                      'stroke-width="2"/></g>')
@@ -235,22 +272,34 @@ def layered_svg(g: Graph, data: dict, colours: dict[str, str]) -> str:
 # -- the page -----------------------------------------------------------------------------------
 
 
-def layout_name(data: dict) -> str:
-    """'dot' when Graphviz is installed and the graph is small enough for it, else 'layered'."""
-    ops = data["totals"]["ops"]
-    return "dot" if shutil.which("dot") and ops <= DOT_MAX_OPS else "layered"
+def layout_name(nodes: int) -> str:
+    """'dot' when Graphviz is installed and `nodes` are few enough for it, else 'layered'."""
+    return "dot" if shutil.which("dot") and nodes <= DOT_MAX_OPS else "layered"
+
+
+def _svg(g: Graph, layout: str) -> str:
+    return dot_svg(g) if layout == "dot" else layered_svg(g)
 
 
 def explain_html(data: dict, layout: str | None = None) -> str:
-    """The whole page for report `data`; `layout` 'dot' or 'layered' (default: `layout_name`)."""
-    layout = layout or layout_name(data)
+    """The whole page for report `data`; `layout` 'dot' or 'layered' for the ops (default:
+    `layout_name`). A model with more than DOT_MAX_OPS ops opens on the graph of its
+    regions (one node each), with a button to show every op."""
+    ops = data["totals"]["ops"]
+    layout = layout or layout_name(ops)
     colours = backend_colours(data)
-    g = build_graph(data, colours)
-    svg = dot_svg(g, data, colours) if layout == "dot" else layered_svg(g, data, colours)
-    payload = json.dumps({"report": data, "colours": colours, "layout": layout},
+    views = [("ops", layout, _svg(build_graph(data, colours), layout))]
+    if ops > DOT_MAX_OPS:
+        small = layout_name(len(data["regions"]))
+        views.insert(0, ("regions", small, _svg(region_graph(data, colours), small)))
+    body = "\n".join(f'<div id="view-{name}" class="view"{" hidden" if k else ""}>{svg}</div>'
+                     for k, (name, _, svg) in enumerate(views))
+    payload = json.dumps({"report": data, "colours": colours,
+                          "layout": ", ".join(f"{lay} ({name})" for name, lay, _ in views),
+                          "views": [name for name, _, _ in views]},
                          separators=(",", ":")).replace("</", "<\\/")
     title = html.escape(f"collage_mlir partition: {data['model']['entry']}")
-    return (_PAGE.replace("%TITLE%", title).replace("%SVG%", svg)
+    return (_PAGE.replace("%TITLE%", title).replace("%SVG%", body)
             .replace("%DATA%", payload).replace("%SCRIPT%", _SCRIPT).replace("%STYLE%", _STYLE))
 
 
@@ -269,6 +318,7 @@ _STYLE = """
 body{margin:0;font-family:Helvetica,Arial,sans-serif;font-size:13px;color:#222}
 header{padding:8px 14px;border-bottom:1px solid #ddd;background:#fafafa}
 header h1{font-size:16px;margin:0 0 4px 0}
+header button{font-size:12px;margin-left:12px}
 #legend span.sw{display:inline-block;width:12px;height:12px;border:1px solid #333;
  margin:0 4px -2px 10px;border-radius:3px}
 #main{display:flex;height:calc(100vh - 90px)}
@@ -289,9 +339,10 @@ _PAGE = """<!DOCTYPE html>
 window.__errors.push(String(e.message));document.documentElement.setAttribute(
 "data-errors",String(window.__errors.length));});</script>
 <style>%STYLE%</style></head>
-<body><header><h1>%TITLE%</h1><div id="summary"></div><div id="legend"></div></header>
+<body><header><h1>%TITLE% <button id="toggle" hidden></button></h1><div id="summary"></div>
+<div id="legend"></div></header>
 <div id="main"><div id="canvas">%SVG%</div>
-<div id="details"><p class="muted">Click an op or a region for its details.</p></div></div>
+<div id="details"></div></div>
 <script type="application/json" id="report-data">%DATA%</script>
 <script>%SCRIPT%</script></body></html>
 """
@@ -335,20 +386,54 @@ function showOp(o){var r=byName[o.region];
 function showIO(id){var k=+id.split("-")[1], t=id[0]==="i"?R.model.inputs[k]:R.model.outputs[k];
  return "<h3>"+(id[0]==="i"?"Model input":"Model output")+"</h3><table>"+row("name",esc(t.name))
   +row("shape",esc(shape(t)))+"</table>";}
+function overview(){
+ var s="<h3>Partition</h3><table>"+row("regions",R.totals.regions+" ("+R.totals.ops+" ops)")
+  +row("estimated",ms(R.totals.estimated_s))+row("kernels",ms(R.totals.kernels_s))
+  +row("hand-offs",ms(R.totals.handoffs_s)+" ("+R.handoffs.length+" values)")
+  +row("backends used",esc(R.backends.used.join(", ")))
+  +row("considered",esc(R.backends.considered.join(", ")||"-"));
+ if(R.profile)s+=row("measured",ms(R.profile.measured_total_s)+" (estimate error "
+  +ms(R.profile.error_s)+")");
+ s+="</table><h3>End-to-end check</h3>";
+ s+=R.verdict?"<table>"+R.verdict.contenders.map(function(c){return row(c.name,ms(c.median_s)
+  +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")+"</table>"
+  :'<p class="muted">not run (table costs, --no-verify, or no whole-model alternative within reach)</p>';
+ s+="<h3>Phases</h3><table>"+Object.keys(R.phases_s).map(function(k){
+  return row(k,R.phases_s[k].toFixed(2)+" s");}).join("")+"</table>";
+ if(R.left_out.length)s+="<h3>Candidates left out</h3><table>"+R.left_out.map(function(g){
+  return row(g.backend,g.count+" x "+esc(g.reason)+' <span class="muted">['
+   +esc(g.op_types.join(", "))+"]</span>");}).join("")+"</table>";
+ return s+'<p class="muted">Click an op or a region for its details.</p>';}
 var selected=null;
 function select(g){
  if(selected)selected.classList.remove("selected");
- selected=g;g.classList.add("selected");
+ selected=g;g.classList.add("selected");render(g);
+ document.getElementById("details").setAttribute("data-selected",g.id);}
+function render(g){
  var id=g.id, d=document.getElementById("details");
  if(id.indexOf("op-")===0)d.innerHTML=showOp(ops[+id.slice(3)]);
- else if(id.indexOf("rg-")===0)d.innerHTML=showRegion(regions[+id.slice(3)]);
+ else if(id.indexOf("rg-")===0||id.indexOf("rn-")===0)
+  d.innerHTML=showRegion(regions[+id.slice(3)]);
  else d.innerHTML=showIO(id);
- d.setAttribute("data-selected",id);}
-var svg=document.querySelector("#canvas svg");
+}
+var svg=document.getElementById("canvas");
+var toggle=document.getElementById("toggle");
+function view(name){P.views.forEach(function(v){
+ document.getElementById("view-"+v).hidden=(v!==name);});
+ toggle.textContent=name==="ops"?"show regions only":"show every op";
+ toggle.setAttribute("data-view",name);}
+if(P.views.length>1){toggle.hidden=false;view(P.views[0]);
+ toggle.addEventListener("click",function(){
+  view(toggle.getAttribute("data-view")==="ops"?"regions":"ops");});}
+document.getElementById("details").innerHTML=overview();
 svg.addEventListener("click",function(e){
- var g=e.target.closest("g.node,g.cluster");if(g&&g.id)select(g);});
+ var g=e.target.closest("g.node,g.cluster");if(g&&g.id)select(g);
+ else{if(selected)selected.classList.remove("selected");selected=null;
+  var d=document.getElementById("details");d.removeAttribute("data-selected");
+  d.innerHTML=overview();}});
 svg.addEventListener("mouseover",function(e){
- var g=e.target.closest("g.node,g.cluster");if(g&&g.id&&!selected)select(g);});
+ var g=e.target.closest("g.node,g.cluster");if(selected)return;
+ if(g&&g.id)render(g);else document.getElementById("details").innerHTML=overview();});
 var T=R.totals, parts=[T.regions+" regions, "+T.ops+" ops",
  "estimated "+ms(T.estimated_s)+" (kernels "+ms(T.kernels_s)+", hand-offs "+ms(T.handoffs_s)+")",
  "backends considered: "+(R.backends.considered.join(", ")||"-")];
@@ -366,8 +451,10 @@ document.getElementById("legend").innerHTML="backends:"+Object.keys(C).map(funct
  +' <span class="muted">layout: '+esc(P.layout)+"</span>";
 var m=/select=([\w-]+)/.exec(location.hash);
 if(m){var g=document.getElementById(m[1]);
+ if(g&&g.closest(".view").hidden)view(g.closest(".view").id.slice(5));
  if(g){g.scrollIntoView({block:"center",inline:"center"});
   g.dispatchEvent(new MouseEvent("click",{bubbles:true}));}}
+document.documentElement.setAttribute("data-render-ms",performance.now().toFixed(0));
 document.documentElement.setAttribute("data-ready","1");
 })();
 """

@@ -29,12 +29,14 @@ def mixed_model(out: Path) -> tuple[collage_mlir.PartitionedModel, Path]:
 
 class SvgPage(html.parser.HTMLParser):
     """An explain page (or the DOM a browser made of it): op node id → the fill of its
-    first shape, the region clusters' ids in order, the embedded report's text."""
+    first shape, the region clusters' ids in order, the region view's node ids, the
+    embedded report's text."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fills: dict[str, str] = {}
         self.clusters: list[str] = []
+        self.region_nodes: list[str] = []
         self.open: str | None = None
         self.in_data = False
         self.data = ""
@@ -43,6 +45,8 @@ class SvgPage(html.parser.HTMLParser):
         a = dict(attrs)
         if tag == "g" and (a.get("id") or "").startswith("op-"):
             self.open = a["id"]
+        elif tag == "g" and (a.get("id") or "").startswith("rn-"):
+            self.region_nodes.append(a["id"])
         elif tag == "g" and "cluster" in (a.get("class") or "").split():
             self.clusters.append(a.get("id", ""))
         elif tag in ("rect", "polygon", "path") and self.open and self.open not in self.fills:

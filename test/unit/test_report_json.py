@@ -135,7 +135,7 @@ def test_explain_page_colours_every_op_and_embeds_the_report(mixed, layout):
     assert parser.clusters == [f"rg-{r['index']}" for r in data["regions"]]
 
 
-def test_layered_layout_handles_two_thousand_ops():
+def test_two_thousand_ops_open_on_the_region_view():
     n = 2000
     regions = [{"name": f"main_b{k % 2}_{k}", "index": k, "backend": f"b{k % 2}",
                 "op_types": "Add", "estimated_s": 1e-3, "runner_up": None, "won_by": None,
@@ -156,11 +156,13 @@ def test_layered_layout_handles_two_thousand_ops():
                        "handoffs_s": 0.0, "by_backend": {}},
             "regions": regions, "handoffs": [], "verdict": None, "phases_s": {},
             "left_out": [], "profile": None}
-    page = explain_html(data)  # over DOT_MAX_OPS: the built-in layout
+    page = explain_html(data)  # over DOT_MAX_OPS: the built-in layout, and a region view
     parser = SvgPage()
     parser.feed(page)
     assert len(parser.fills) == n
-    assert '"layout":"layered"' in page
+    assert parser.region_nodes == [f"rn-{k}" for k in range(n // 20)]
+    assert parser.clusters == [f"rg-{k}" for k in range(n // 20)]
+    assert '"views":["regions","ops"]' in page and "layered (ops)" in page
 
 
 def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
