@@ -201,3 +201,10 @@ def test_cli_run_json_has_the_profile(tmp_path, schema):
     jsonschema.validate(data, schema)
     assert data["profile"]["rounds"] == 2
     assert all(r["measured_s"] > 0 for r in data["regions"])
+    page, explained = tmp_path / "p.html", tmp_path / "e.json"
+    assert main(["explain", str(tmp_path / "m"), "-o", str(page), "--profile", "1",
+                 "--json", str(explained)]) == 0
+    assert json.loads(explained.read_text())["profile"]["rounds"] == 1
+    shown = SvgPage()
+    shown.feed(page.read_text())
+    assert json.loads(shown.data)["report"]["profile"]["rounds"] == 1
