@@ -1,6 +1,6 @@
-"""A mixed partition for the report and explain tests: squeezenet over onnxruntime and
-openvino under table costs (test/data/mixing_costs.json: Conv and pooling cheaper on
-openvino, everything else on onnxruntime), nothing measured."""
+"""Mixed partitions for the report and explain tests: a model over onnxruntime and openvino
+under table costs (test/data/mixing_costs.json: Conv, pooling and MatMul cheaper on openvino,
+everything else on onnxruntime), nothing measured."""
 
 from __future__ import annotations
 
@@ -13,18 +13,23 @@ from conftest import light_model_path
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
 
-COSTS = Path(__file__).resolve().parents[1] / "data" / "mixing_costs.json"
+ROOT = Path(__file__).resolve().parents[2]
+COSTS = ROOT / "test" / "data" / "mixing_costs.json"
+MODELS = {"squeezenet": light_model_path("squeezenet"),
+          "alexnet": str(ROOT / "examples" / "alexnet.onnx"),
+          "tiny_bert": str(ROOT / "test" / "data" / "exported" / "tiny_bert.onnx")}
+"""A light model-zoo CNN, the bundled example and an exported transformer."""
 BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
 
 
-def mixed_model(out: Path) -> tuple[collage_mlir.PartitionedModel, Path]:
-    """The mixed squeezenet partition, and where it was saved (under `out`)."""
+def mixed_model(out: Path, name: str = "squeezenet") -> tuple[collage_mlir.PartitionedModel, Path]:
+    """The mixed partition of `MODELS[name]`, and where it was saved (under `out`)."""
     if len(BACKENDS) < 2:
         pytest.skip("needs onnxruntime and openvino for a mixed partition")
-    model = collage_mlir.compile(light_model_path("squeezenet"), backends=BACKENDS,
-                                 cost=f"table:{COSTS}", max_depth=2)
+    model = collage_mlir.compile(MODELS[name], backends=BACKENDS, cost=f"table:{COSTS}",
+                                 max_depth=2)
     assert {s.backend for s in model.plan.steps} == set(BACKENDS), "expected a mix"
-    return model, model.save(out / "squeezenet")
+    return model, model.save(out / name)
 
 
 class SvgPage(html.parser.HTMLParser):

@@ -1,7 +1,7 @@
 """The explain page in a real browser: headless Chromium loads the page of a mixed partition
-and must log nothing to its console, colour every op with its backend, and show a region's
-costs (and an op's details) when one is clicked (`#select=ID` clicks it on load; the DOM
-is read back with `--dump-dom`).
+(the bundled alexnet, an exported tiny BERT) and must log nothing to its console, colour
+every op with its backend, and show a region's costs (and an op's details) when one is
+clicked (`#select=ID` clicks it on load; the DOM is read back with `--dump-dom`).
 
 Chromium comes from Debian (`apt-get install -y chromium`): the session fixture tries the
 install once where it can (root, apt-get) and otherwise skips with the reason.
@@ -81,9 +81,10 @@ def details(dom: str) -> tuple[str, str]:
     return (selected.group(1) if selected else ""), " ".join(text.split())
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
-    model, _ = mixed_model(tmp_path_factory.mktemp("browser"))
+@pytest.fixture(scope="module", params=["alexnet", "tiny_bert"])
+def report(request, tmp_path_factory) -> dict:
+    """The report of a mixed partition of the bundled alexnet and of an exported transformer."""
+    model, _ = mixed_model(tmp_path_factory.mktemp("browser"), request.param)
     return report_data(model.module, model.record())
 
 
@@ -116,7 +117,8 @@ def test_clicking_a_region_shows_its_costs(chromium, report, layout, tmp_path):
 
 def test_clicking_an_op_shows_its_type_name_and_shapes(chromium, report, tmp_path):
     page = write_explain(report, tmp_path / "p.html", "layered")
-    op = next(op for r in report["regions"] for op in r["ops"] if op["type"] == "Conv")
+    op = next(op for r in report["regions"] for op in r["ops"]
+              if op["name"] and op["outputs"][0]["shape"] and op["outputs"][0]["dtype"] == "f32")
     dom, console = load_page(chromium, page, f"select=op-{op['id']}", tmp_path / "prof")
     assert console == []
     selected, text = details(dom)
