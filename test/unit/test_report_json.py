@@ -15,7 +15,15 @@ import collage_mlir
 from collage_mlir.errors import CollageError
 from collage_mlir.runtime.explain import backend_colours, explain_html
 from collage_mlir.runtime.model import describe
-from collage_mlir.runtime.report import SCHEMA_PATH, SCHEMA_VERSION, _why, report_data
+from collage_mlir.runtime.report import (
+    SCHEMA_PATH,
+    SCHEMA_VERSION,
+    Record,
+    Rejection,
+    Verdict,
+    _why,
+    report_data,
+)
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test extra) not installed")
 
@@ -98,6 +106,23 @@ def test_saved_model_keeps_what_the_report_needs(mixed):
     manifest = json.loads((saved / "manifest.json").read_text())
     assert manifest["backends_considered"] == BACKENDS
     assert manifest["transition_cost"] == pytest.approx(model.partitioning.transition_cost)
+
+
+def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
+    model, _ = mixed
+    record = model.record()
+    record.verdict = Verdict("openvino whole", {"pick": 2e-3, "openvino whole": 1.5e-3})
+    record.rejected = [Rejection("openvino", "compile error: LRN", 3, ["LRN", "Relu"])]
+    record.timings = {"measure": 1.25}
+    again = Record.from_manifest(json.loads(json.dumps(record.to_manifest())))
+    assert again == record
+    data = report_data(model.module, again)
+    jsonschema.validate(data, schema)
+    assert data["verdict"] == {"kept": "openvino whole", "pick_kept": False, "contenders": [
+        {"name": "pick", "median_s": 2e-3}, {"name": "openvino whole", "median_s": 1.5e-3}]}
+    assert data["left_out"] == [{"backend": "openvino", "reason": "compile error: LRN",
+                                 "count": 3, "op_types": ["LRN", "Relu"]}]
+    assert data["phases_s"] == {"measure": 1.25}
 
 
 def test_text_report_is_the_default_and_unknown_formats_fail(mixed):
