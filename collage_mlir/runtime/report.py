@@ -16,7 +16,7 @@ from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, NodeKind
-from collage_mlir.runtime.plan import Plan, Step, build_plan, region_functions
+from collage_mlir.runtime.plan import Step, build_plan, region_functions
 
 
 @dataclass
@@ -184,10 +184,11 @@ def op_names(module: ir.Module) -> dict[str, list[str]]:
 @dataclass
 class _Slots:
     """Per plan slot: the value's source ("input:NAME", "op:ID", "const"), the region that
-    made it (HOST for model inputs) and its type."""
+    made it and its backend (HOST for model inputs), and its type."""
 
     source: dict[int, str] = field(default_factory=dict)
     producer: dict[int, str] = field(default_factory=dict)
+    backend: dict[int, str] = field(default_factory=dict)
     type: dict[int, ir.Type] = field(default_factory=dict)
 
 
@@ -204,21 +205,22 @@ def report_data(module: ir.Module, record: Record,
     slots = _Slots()
     args = public_functions(module)[0].regions[0].blocks[0].arguments
     for k, (name, arg) in enumerate(zip(plan.input_names, args, strict=True)):
-        slots.source[k], slots.producer[k], slots.type[k] = f"input:{name}", HOST, arg.type
+        slots.source[k], slots.type[k] = f"input:{name}", arg.type
+        slots.producer[k] = slots.backend[k] = HOST
     regions, handoffs, next_id = [], [], 0
     for k, step in enumerate(plan.steps):
         graph = DataflowGraph(functions[step.callee], owner=module)
         ops, local = _region_ops(graph, step, slots, next_id,
                                  record.op_names.get(step.callee))
         next_id += len(ops)
-        handoffs += [_handoff(slots, slot, step.callee, step.backend, plan)
+        handoffs += [_handoff(slots, slot, step.callee, step.backend)
                      for slot in dict.fromkeys(step.args)]
         for (node, r), slot in zip(graph.outputs, step.results, strict=True):
             slots.source[slot] = _value_source(graph, node, step, slots, local)
-            slots.producer[slot] = step.callee
+            slots.producer[slot], slots.backend[slot] = step.callee, step.backend
             slots.type[slot] = graph.nodes[node].values[r].type
         regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee]))
-    handoffs += [_handoff(slots, slot, HOST, HOST, plan) for slot in dict.fromkeys(plan.outputs)]
+    handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)]
     data = {"schema_version": SCHEMA_VERSION,
             "model": {"entry": plan.entry,
                       "inputs": [{"name": n, **_tensor(slots.type[k])}
@@ -279,13 +281,11 @@ def _region_ops(graph: DataflowGraph, step: Step, slots: _Slots, first_id: int,
     return ops, local
 
 
-def _handoff(slots: _Slots, slot: int, to: str, to_backend: str, plan: Plan) -> dict:
+def _handoff(slots: _Slots, slot: int, to: str, to_backend: str) -> dict:
     """One hand-off of the transition model: a value crossing into region `to` (HOST for
     a model output). Its seconds are not kept per value (null); the total is in totals."""
-    src = slots.producer[slot]
-    src_backend = HOST if src == HOST else next(s.backend for s in plan.steps
-                                                if s.callee == src)
-    return {"from": src, "to": to, "from_backend": src_backend, "to_backend": to_backend,
+    return {"from": slots.producer[slot], "to": to, "from_backend": slots.backend[slot],
+            "to_backend": to_backend,
             "value": slots.source[slot], **_tensor(slots.type[slot]),
             "bytes": onnx_view.tensor_nbytes(slots.type[slot]), "cost_s": None}
 
