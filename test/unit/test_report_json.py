@@ -160,6 +160,16 @@ def test_explain_page_colours_every_op_and_embeds_the_report(mixed, layout):
     assert parser.clusters == [f"rg-{r['index']}" for r in data["regions"]]
 
 
+def test_model_explain_writes_the_page_of_its_report(mixed, tmp_path):
+    model, _ = mixed
+    measured = {s.callee: 1e-3 for s in model.plan.steps}
+    page = model.explain(tmp_path / "sub" / "p.html", measured, rounds=4)
+    parser = SvgPage()
+    parser.feed(page.read_text())
+    assert json.loads(parser.data)["report"] == report_data(model.module, model.record(),
+                                                             measured, 4)
+
+
 def test_two_thousand_ops_open_on_the_region_view():
     n = 2000
     regions = [{"name": f"main_b{k % 2}_{k}", "index": k, "backend": f"b{k % 2}",
