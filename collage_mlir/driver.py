@@ -324,17 +324,16 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             estimator.close()
     pristine = clone_module(module) if alternatives else None
     with _timed(timings, "compile"):
-        try:
-            result = build(module, partitioning, probed.saved)
-        finally:
-            probed.close()
+        result = build(module, partitioning, probed.saved)
     verdict = None
     if alternatives:
         with _timed(timings, "verify"):
-            verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s)
+            verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s,
+                                       probed.whole)
             if kept is not None:
                 result = None  # the pick's kernels go before the kept model is compiled
-                result = build(pristine, kept)
+                result = build(pristine, kept, probed.saved_for(kept))
+    probed.close()  # the saved kernels (on an error, when `probed` is collected)
     return result.with_record(verdict=verdict, candidates=candidates,
                               backends_considered=names, timings=timings,
                               rejected=rejected + probed.rejected)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from iree.compiler import ir
 
+from collage_mlir.backends.base import Kernel
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.runtime.model import region_module
@@ -21,10 +22,19 @@ from collage_mlir.runtime.model import region_module
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
-def whole_model_runner(module: ir.Module, backend_name: str) -> Runner:
-    """Compile the whole (un-partitioned) model on one backend."""
-    kernel = get_backend(backend_name).compile(region_module(public_functions(module)[0]))
-    return kernel.run
+def whole_model_runner(module: ir.Module, backend_name: str, saved: str | None = None
+                       ) -> Runner:
+    """Compile the whole (un-partitioned) model on one backend, or load the kernel saved
+    at stem `saved` (by a probe, `check/isolated.py`)."""
+    return whole_model_kernel(module, backend_name, saved).run
+
+
+def whole_model_kernel(module: ir.Module, backend_name: str, saved: str | None = None
+                       ) -> Kernel:
+    """`whole_model_runner`'s kernel."""
+    backend = get_backend(backend_name)
+    whole = region_module(public_functions(module)[0])
+    return backend.load_kernel(whole, saved) if saved else backend.compile(whole)
 
 
 @dataclass

@@ -78,6 +78,15 @@ class Probed:
     rejected: list[Rejection] = field(default_factory=list)
     costs: list[float] = field(default_factory=list)
     scratch: tempfile.TemporaryDirectory | None = None
+    whole: dict[str, str] = field(default_factory=dict)
+    """Backend → stem of its whole-model kernel, for the end-to-end check."""
+
+    def saved_for(self, kept: Partitioning) -> dict[str, str]:
+        """The saved kernel of an alternative the check kept, by its region's name."""
+        backend = kept.choices[0].candidate.backend
+        if backend not in self.whole:
+            return {}
+        return {_region_names(kept)[0]: self.whole[backend]}
 
     def close(self) -> None:
         """Remove the saved kernels (call once they are loaded)."""
@@ -93,6 +102,7 @@ class _Outcome:
 
     ok: bool
     saved: dict[str, str] = field(default_factory=dict)
+    whole: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
     """Backends whose whole-model alternative raised (left out of the check, not blamed)."""
     model: str = ""
@@ -133,7 +143,7 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         if outcome.ok:
             kept = [a for a in alternatives
                     if a.choices[0].candidate.backend not in outcome.dropped]
-            return Probed(pick, kept, outcome.saved, rejected, costs, scratch)
+            return Probed(pick, kept, outcome.saved, rejected, costs, scratch, outcome.whole)
         scratch.cleanup()
         if outcome.model == "reference":
             say(f"collage: final compile: {outcome.reason}; outputs not checked end to end")
@@ -316,8 +326,9 @@ class _Watch:
                 self.stage = msg["failed"]
                 return self._failed(msg["failed"]["reason"])
             elif "done" in msg:
-                return _Outcome(True, saved=msg["done"]["saved"],
-                                dropped=msg["done"]["dropped"], notes=self.notes)
+                done = msg["done"]
+                return _Outcome(True, saved=done["saved"], whole=done["whole"],
+                                dropped=done["dropped"], notes=self.notes)
 
     def _failed(self, what: str) -> _Outcome:
         """The outcome of a probe that failed `what` in its current stage."""

@@ -22,7 +22,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend, register_backend
-from collage_mlir.check.compare import whole_model_runner
+from collage_mlir.check.compare import whole_model_kernel
 from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph
@@ -98,9 +98,12 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     reference = _reference(ch, pristine, job["reference"], inputs, t)
     model = _compile_pick(ch, module, t)
     _check_pick(ch, model, inputs, declared, reference, job["reference"], t)
-    dropped = [b for b in job["alternatives"]
-               if not _check_alternative(ch, pristine, b, inputs, declared, reference, t)]
-    ch.send(done={"saved": _save(ch, model, Path(job["scratch"]), t), "dropped": dropped})
+    scratch = Path(job["scratch"])
+    whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t, scratch)
+             for b in job["alternatives"]}
+    ch.send(done={"saved": _save(ch, model, scratch, t),
+                  "whole": {b: stem for b, stem in whole.items() if stem},
+                  "dropped": [b for b, stem in whole.items() if stem is None]})
 
 
 def _one_line(e: BaseException) -> str:
@@ -244,16 +247,18 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec],
-                       reference: list[Outputs] | None, allow: float) -> bool:
-    """Compile and run one whole-model alternative as the end-to-end check will: False
-    when it raises (the check would leave it out: not a contender, no one to blame)."""
+                       reference: list[Outputs] | None, allow: float, scratch: Path
+                       ) -> str | None:
+    """Compile and run one whole-model alternative as the end-to-end check will, and save
+    its kernel: the stem ("" when its backend saves nothing); None when it raises (the
+    check would leave it out: not a contender, no one to blame)."""
     model = f"alt:{backend}"
     ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
     try:
-        kernel = whole_model_runner(pristine, backend)
+        kernel = whole_model_kernel(pristine, backend)
         for v, x in enumerate(inputs):
             ch.stage(allow * 2, model=model, backend=backend, doing=f"running call {v + 1}")
-            outputs = [np.asarray(o) for o in kernel(x)]
+            outputs = [np.asarray(o) for o in kernel.run(x)]
             why = _mismatch(outputs, declared, reference[v] if reference else None)
             if why:
                 raise ch.fail(f"{why} on call {v + 1}")
@@ -262,8 +267,14 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
     except Exception as e:
         ch.send(note=f"{backend} whole model left out of the end-to-end check: "
                      f"raised {_one_line(e)}")
-        return False
-    return True
+        return None
+    ch.stage(allow, model=model, backend=backend, doing="saving its kernel")
+    stem = str(scratch / ("whole_" + "".join(c if c.isalnum() else "_" for c in backend)))
+    try:
+        whole = region_module(public_functions(pristine)[0])
+        return stem if get_backend(backend).save_kernel(kernel, whole, stem) else ""
+    except Exception:  # the check compiles it again
+        return ""
 
 
 def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float

@@ -12,7 +12,7 @@ best single backend" a measured fact, not an estimate.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from iree.compiler import ir
@@ -75,11 +75,13 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
-               budget_s: float) -> tuple[Verdict | None, Partitioning | None]:
+               budget_s: float, saved: Mapping[str, str] | None = None
+               ) -> tuple[Verdict | None, Partitioning | None]:
     """Time `pick` against each alternative run whole on `pristine` (the module as it was
-    before outlining). Returns the verdict (None when no alternative could even run) and,
-    when an alternative won, that alternative rebased onto `pristine`'s own graph, ready
-    to be outlined and compiled in place of the pick."""
+    before outlining; an alternative whose backend is in `saved` loads the kernel a probe
+    saved at that stem). Returns the verdict (None when no alternative could even run)
+    and, when an alternative won, that alternative rebased onto `pristine`'s own graph,
+    ready to be outlined and compiled in place of the pick."""
     inputs = model_inputs(pristine)
     runners: dict[str, Runner] = {PICK: pick.run}
     regions = {PICK: len(pick.plan.steps)}
@@ -87,7 +89,8 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
     for alt in alternatives:
         name = f"{alt.choices[0].candidate.backend} whole"
         try:
-            runner = whole_model_runner(pristine, alt.choices[0].candidate.backend)
+            backend = alt.choices[0].candidate.backend
+            runner = whole_model_runner(pristine, backend, (saved or {}).get(backend))
             runner(inputs)
         except Exception:  # measured fine in the worker, fails here: not a contender
             continue
