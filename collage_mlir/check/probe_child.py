@@ -95,9 +95,12 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
                            for k, (inside, backend, cost) in enumerate(job["pick"])])
     inputs = [make_inputs(public_functions(pristine)[0], variant=v) for v in range(RUNS)]
     declared = _declared(pristine)
-    reference = _reference(ch, pristine, job["reference"], inputs, t)
+    nan_inputs = _with_nan(inputs[0])
+    reference = _reference(ch, pristine, job["reference"],
+                           inputs if nan_inputs is None else [*inputs, nan_inputs], t)
     model = _compile_pick(ch, module, t)
-    _check_pick(ch, model, inputs, declared, reference, job["reference"], t)
+    nan = (nan_inputs, reference[RUNS]) if reference and nan_inputs is not None else None
+    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan)
     scratch = Path(job["scratch"])
     whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t, scratch)
              for b in job["alternatives"]}
@@ -187,12 +190,27 @@ class _Announced(Kernel):
             raise self.ch.fail(f"raised {_one_line(e)}") from None
 
 
+def _with_nan(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
+    """`inputs` with the first element of every float input NaN; None without one."""
+    if not any(x.dtype.kind == "f" for x in inputs):
+        return None
+    out = [x.copy() for x in inputs]
+    for x in out:
+        if x.dtype.kind == "f" and x.size:
+            x.flat[0] = np.nan
+    return out
+
+
 def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.ndarray]],
                 declared: list[TensorSpec], reference: list[Outputs] | None,
-                spec: dict[str, Any] | None, allow: float) -> None:
+                spec: dict[str, Any] | None, allow: float,
+                nan: tuple[list[np.ndarray], Outputs] | None = None) -> None:
     """Run the pick on every input set; its outputs must have the declared shapes and
     dtypes and match the reference. A mismatch is blamed on the first region whose own
-    outputs differ from the reference's on the same inputs."""
+    outputs differ from the reference's on the same inputs. Then, given `nan` (inputs
+    holding NaN and the reference's outputs for them), one more call: finite outputs
+    where the reference's are not are said in a note, not blamed (NaN propagation is the
+    backends' own; outputs are checked on finite inputs)."""
     call = [0]
     inner = dict(model.kernels)
     announced = PartitionedModel(model.module, {
@@ -205,6 +223,15 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
         why = _mismatch(outputs, declared, reference[v] if reference else None)
         if why:
             _blame_region(ch, announced, x, spec, why, v + 1, allow)
+    if nan is not None:
+        call[0] = len(inputs) + 1
+        outputs = announced.run(nan[0])
+        lost = sum(int((np.isfinite(o) & ~np.isfinite(r)).sum())
+                   for o, r in zip(outputs, nan[1], strict=True) if o.shape == r.shape)
+        if lost:
+            ch.send(note=f"non-finite inputs: given a NaN input the pick returns {lost} "
+                         "finite values where the reference's whole model returns NaN or "
+                         "Inf (outputs are checked on finite inputs only)")
 
 
 def _mismatch(outputs: Outputs, declared: list[TensorSpec], reference: Outputs | None

@@ -95,12 +95,15 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
             if y.shape != (8, 8) or y.dtype != np.float32:
                 return {"outcome": "wrong", "error": f"{y.dtype}{y.shape}"}
             err = max(err, float(np.abs(y - expected(x, w)).max()))
+        x[0, 0] = np.nan
+        nan_out_finite = int(np.isfinite(model.run([x, w])[0]).sum())
     except CollageError as e:
         return {"outcome": "refused", "error": str(e)}
     return {"outcome": "ok" if err < 1e-4 else "wrong", "max_err": err,
             "backends": sorted({s.backend for s in model.plan.steps}),
             "regions": [[r.backend, r.op_types] for r in model.report_rows],
-            "left_out": [f"{g.backend}: {g.reason}" for g in model.rejected]}
+            "left_out": [f"{g.backend}: {g.reason}" for g in model.rejected],
+            "finite_given_nan": nan_out_finite}
 
 
 def run_cell(mode: str, when: str, where: str, *, pin: bool = True,

@@ -167,7 +167,8 @@ class BatchingTestBackend(NumpyTestBackend):
 STAGED_RUN_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak", "wrong_shape",
                     "wrong", "wrong_dtype", "stale", "nan")
 """What `StagedFaultBackend` can do while running (`wrong`: values off by 0.5; `nan`: the
-first element of every output NaN)."""
+first element of every output NaN). Mode `finite` (not a fault on finite inputs: outputs
+with NaN/Inf made finite, as OpenVINO's Relu maps NaN to 0) is there too."""
 STAGED_COMPILE_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak")
 """What it can do while compiling (a compile returns no values to get wrong)."""
 
@@ -223,6 +224,8 @@ class _StagedKernel(NumpyKernel):
             outputs = [o.copy() for o in outputs]
             for o in outputs:
                 o.flat[0] = np.nan
+        elif self.mode == "finite":
+            outputs = [np.nan_to_num(o, nan=0.0, posinf=0.0, neginf=0.0) for o in outputs]
         return outputs
 
 
