@@ -219,7 +219,8 @@ def report_data(module: ir.Module, record: Record,
             slots.source[slot] = _value_source(graph, node, step, slots, local)
             slots.producer[slot], slots.backend[slot] = step.callee, step.backend
             slots.type[slot] = graph.nodes[node].values[r].type
-        regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee]))
+        regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee],
+                               record.verdict))
     handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)]
     data = {"schema_version": SCHEMA_VERSION,
             "model": {"entry": plan.entry,
@@ -291,8 +292,9 @@ def _handoff(slots: _Slots, slot: int, to: str, to_backend: str) -> dict:
 
 
 def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
-            fn: ir.Operation) -> dict:
-    """One region's entry: its ops, estimate, runner-up and why it won."""
+            fn: ir.Operation, verdict: Verdict | None) -> dict:
+    """One region's entry: its ops, estimate, runner-up and why it won (the end-to-end
+    check, when it replaced the search's pick by this whole-model region)."""
     estimate = row.estimated_cost if row else None
     if estimate is None and collage.ESTIMATED_COST in fn.attributes:
         estimate = ir.FloatAttr(fn.attributes[collage.ESTIMATED_COST]).value
@@ -300,6 +302,11 @@ def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
     if row and row.runner_up:
         runner_up = {"backend": row.runner_up, "estimated_s": _finite(row.runner_up_cost)}
     won_by, why = _why(step.backend, estimate, runner_up)
+    if verdict is not None and verdict.kept != "pick":
+        won_by = "check"
+        why = (f"end-to-end check: {verdict.kept} "
+               + ", ".join(f"{n} {_ms(t)} ms" for n, t in verdict.timings.items())
+               + "; the search's pick lost and was replaced")
     return {"name": step.callee, "index": k, "backend": step.backend,
             "op_types": summarize_op_types([o["type"] for o in ops]),
             "estimated_s": _finite(estimate), "runner_up": runner_up, "won_by": won_by,
@@ -308,9 +315,9 @@ def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
 
 def _why(backend: str, estimate: float | None, runner_up: dict | None) -> tuple[str | None, str]:
     """("kernel" | "hand-offs" | None, a sentence): a region whose runner-up's kernel was
-    cheaper won because the runner-up would have cost more in hand-offs around it."""
+    cheaper won because the cover with the runner-up cost more in hand-offs."""
     if runner_up is None or estimate is None or runner_up["estimated_s"] is None:
-        return None, "no other backend could run these ops as one region"
+        return None, "no runner-up: no other backend had a candidate for exactly these ops"
     other, theirs = runner_up["backend"], runner_up["estimated_s"]
     if estimate <= theirs:
         return "kernel", (f"kernel: {backend} {_ms(estimate)} ms against {other} "

@@ -123,6 +123,8 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     assert data["left_out"] == [{"backend": "openvino", "reason": "compile error: LRN",
                                  "count": 3, "op_types": ["LRN", "Relu"]}]
     assert data["phases_s"] == {"measure": 1.25}
+    assert {r["won_by"] for r in data["regions"]} == {"check"}
+    assert "pick 2.000 ms" in data["regions"][0]["why"]
 
 
 def test_text_report_is_the_default_and_unknown_formats_fail(mixed):
