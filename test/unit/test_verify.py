@@ -250,3 +250,22 @@ def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch
                                  estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
     assert model.verdict is None  # nothing left to compare with
     assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
+
+
+def test_a_split_pick_is_timed_against_the_cheapest_whole_model_however_dear():
+    from collage_mlir.candidate import CandidatePartition
+    from collage_mlir.driver import entry_graph
+    from collage_mlir.graph import SubGraph
+    from collage_mlir.search.partitioning import Choice, Partitioning
+
+    graph = entry_graph(relu_chain(2))
+    first, second = (n.index for n in graph.op_nodes())
+    whole = [CandidatePartition(SubGraph(graph, graph.op_bits), b, "whole")
+             for b in ("onnxruntime", "openvino")]
+    ops = [CandidatePartition(SubGraph(graph, 1 << i), "openvino", "op") for i in (first, second)]
+    candidates, costs = whole + ops, [30.0, 40.0, 1.0, 1.0]  # whole models 15-20x the pick
+    split = Partitioning(graph, tuple(Choice(c, 1.0) for c in ops), 2.0)
+    alternatives = verify.whole_alternatives(graph, candidates, costs, split, None)
+    assert [a.choices[0].candidate.backend for a in alternatives] == ["onnxruntime"]
+    one = Partitioning(graph, (Choice(whole[0], 1.0),), 1.0)  # one region: estimates decide
+    assert verify.whole_alternatives(graph, candidates, [1.0, 40.0, 1.0, 1.0], one, None) == []
