@@ -39,7 +39,8 @@ explain-screenshot: $(STAMP)
 	$(BIN)/collage-mlir partition examples/alexnet.onnx --backends onnxruntime,openvino \
 	  --cost table:test/data/explain_costs.json --max-depth 2 -o $(SHOT)/alexnet \
 	  --json $(SHOT)/alexnet.json
-	$(BIN)/collage-mlir explain $(SHOT)/alexnet -o $(SHOT)/alexnet.html
+	$(BIN)/collage-mlir explain $(SHOT)/alexnet -o $(SHOT)/alexnet.html \
+	  --cost table:test/data/explain_costs.json
 	$(CHROMIUM) --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,900 \
 	  --screenshot=$(abspath docs/explain_alexnet.png) \
 	  "file://$(abspath $(SHOT)/alexnet.html)#select=rg-4"

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+from collections.abc import Callable
 
 from collage_mlir.errors import CollageError
+from collage_mlir.tools.args import add_cache_argument
+
+Price = Callable[[str, str, int], float]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,11 +26,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also load the kernels and time each region's call over N runs, shown "
                         "beside the estimates (default: 0, nothing run)")
+    p.add_argument("--cost", default=None, metavar="measure|table:FILE",
+                   help="price each hand-off as the search did: 'table:FILE' (the table the "
+                        "model was partitioned with) or 'measure' (the hand-off experiments in "
+                        "--cache, read only) (default: hand-offs shown without prices)")
+    add_cache_argument(p)
 
 
-def report_of(model_dir: str, profile: int) -> dict:
+def hand_off_prices(cost: str | None, cache: str | None) -> Price | None:
+    """The search's hand-off price under `cost` ('measure' or 'table:FILE'): a table's own,
+    or the measuring cache's fitted hand-offs, read only (NaN for a pair it lacks; 0 to or
+    from the host, as the measuring estimator charges); None when `cost` is None."""
+    if cost is None:
+        return None
+    if cost.startswith("table:"):
+        from collage_mlir.cost.table import TableEstimator
+
+        return TableEstimator.from_json(cost[len("table:"):]).transition_cost
+    if cost != "measure":
+        raise CollageError(f"--cost {cost}: expected 'measure' or 'table:FILE'")
+    from collage_mlir.backends.registry import get_backend
+    from collage_mlir.cost.cache import MeasurementCache
+    from collage_mlir.cost.transition import transition_key
+
+    store = MeasurementCache(cache, readonly=True)
+    versions: dict[str, str | None] = {}
+
+    def version(name: str) -> str | None:
+        if name not in versions:
+            try:
+                versions[name] = get_backend(name).version
+            except CollageError:  # "host", or a backend not installed here
+                versions[name] = None
+        return versions[name]
+
+    def price(src: str, dst: str, nbytes: int) -> float:
+        a, b = version(src), version(dst)
+        if a is None or b is None:
+            return 0.0
+        fitted = store.get_transition(transition_key(src, a, dst, b))
+        return fitted.cost(nbytes) if fitted is not None else math.nan
+
+    return price
+
+
+def report_of(model_dir: str, profile: int, price: Price | None = None) -> dict:
     """The JSON report of a saved model: read without loading kernels, or, with `profile`,
-    loaded and profiled over that many runs."""
+    loaded and profiled over that many runs; hand-offs priced by `price` when given."""
     from collage_mlir.runtime.model import describe, load
     from collage_mlir.runtime.report import report_data
     from collage_mlir.tensors import model_inputs
@@ -33,9 +80,9 @@ def report_of(model_dir: str, profile: int) -> dict:
     if profile:
         model = load(model_dir)
         measured = model.profile(model_inputs(model.module), rounds=profile)
-        return json.loads(model.report(measured, format="json", rounds=profile))
+        return report_data(model.module, model.record(), measured, profile, price)
     module, record = describe(model_dir)
-    return report_data(module, record)
+    return report_data(module, record, transition=price)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.profile < 0:
         raise CollageError(f"--profile {args.profile}: must be 0 or more runs")
-    data = report_of(args.model_dir, args.profile)
+    data = report_of(args.model_dir, args.profile, hand_off_prices(args.cost, args.cache))
     t0 = time.perf_counter()
     out = write_explain(data, args.output, None if args.layout == "auto" else args.layout)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} ops in "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
 from collage_mlir.tools.args import (
@@ -47,8 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model or .mlir file")
     p.add_argument("-o", "--output", required=True, help="directory to save the result to")
     p.add_argument("--json", metavar="FILE", default=None,
-                   help="also write the report as JSON (schema: collage_mlir/runtime/"
-                        "report.schema.json; default: not written)")
+                   help="also write the report as JSON, hand-offs priced as the search priced "
+                        "them (schema: collage_mlir/runtime/report.schema.json; default: not "
+                        "written)")
     add_common_arguments(p)
 
 
@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     out = model.save(args.output)
     print(f"saved to {out}/ (model.mlir, manifest.json, backend artifacts)")
     if args.json:
-        from collage_mlir.tools.cmd_explain import write_json
+        from collage_mlir.runtime.report import report_data
+        from collage_mlir.tools.cmd_explain import hand_off_prices, write_json
 
-        write_json(json.loads(model.report(format="json")), args.json)
+        write_json(report_data(model.module, model.record(),
+                               transition=hand_off_prices(args.cost, args.cache)), args.json)
     return 0

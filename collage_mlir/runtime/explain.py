@@ -370,7 +370,9 @@ function regionRows(r){
   +row("runner-up",r.runner_up?esc(r.runner_up.backend)+" "+ms(r.runner_up.estimated_s):"-")
   +row("won by",esc(r.won_by||"-"))+row("why",esc(r.why));
  if(r.measured_s!==null)s+=row("measured",ms(r.measured_s)+" (error "+ms(r.error_s)+")");
- s+=row("hand-offs in",ins.length+" value(s), "+bytes(ins)+" bytes"+ins.map(function(x){
+ s+=row("hand-offs in",ins.length+" value(s), "+bytes(ins)+" bytes"
+   +(r.handoffs_in_s!==null&&r.handoffs_in_s!==undefined?", "+ms(r.handoffs_in_s):"")
+   +ins.map(function(x){
    return "<br>&larr; "+esc(x.from)+" ("+esc(x.from_backend)+") "+esc(shape(x))
    +(x.cost_s!==null?" "+ms(x.cost_s):"");}).join(""));
  s+=row("hand-offs out",outs.length+" value(s), "+bytes(outs)+" bytes"+outs.map(function(x){

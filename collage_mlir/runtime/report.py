@@ -5,7 +5,7 @@ the verdict of the end-to-end check; as text (`format_report`) and as JSON data
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -194,11 +194,13 @@ class _Slots:
 
 def report_data(module: ir.Module, record: Record,
                 measured: Mapping[str, float] | None = None,
-                rounds: int | None = None) -> dict:
+                rounds: int | None = None,
+                transition: Callable[[str, str, int], float] | None = None) -> dict:
     """The report of an outlined `module` as plain JSON data (schema in `SCHEMA_PATH`): the
     one source of `report(format="json")`, `--json` and the HTML explain view. `measured`
     (region → seconds, from `profile` over `rounds`) adds the profile and each region's
-    estimate error."""
+    estimate error; `transition` (src backend, dst backend, bytes → seconds; NaN unknown:
+    the estimator's hand-off price) prices each hand-off and each region's inputs."""
     plan = build_plan(module)
     functions = region_functions(module)
     rows = {r.region: r for r in record.rows}
@@ -222,6 +224,8 @@ def report_data(module: ir.Module, record: Record,
         regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee],
                                record.verdict))
     handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)]
+    if transition is not None:
+        _price(handoffs, regions, transition)
     data = {"schema_version": SCHEMA_VERSION,
             "model": {"entry": plan.entry,
                       "inputs": [{"name": n, **_tensor(slots.type[k])}
@@ -291,6 +295,21 @@ def _handoff(slots: _Slots, slot: int, to: str, to_backend: str) -> dict:
             "bytes": onnx_view.tensor_nbytes(slots.type[slot]), "cost_s": None}
 
 
+def _price(handoffs: list[dict], regions: list[dict],
+           transition: Callable[[str, str, int], float]) -> None:
+    """Fill each hand-off's `cost_s` (None where the price is unknown) and each region's
+    `handoffs_in_s` (None unless every value handed in has a price)."""
+    into: dict[str, list[float | None]] = {}
+    for h in handoffs:
+        cost = transition(h["from_backend"], h["to_backend"], h["bytes"])
+        h["cost_s"] = cost if math.isfinite(cost) else None
+        into.setdefault(h["to"], []).append(h["cost_s"])
+    for r in regions:
+        costs = into.get(r["name"], [])
+        r["handoffs_in_s"] = (math.fsum(costs) if all(c is not None for c in costs)
+                              else None)
+
+
 def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
             fn: ir.Operation, verdict: Verdict | None) -> dict:
     """One region's entry: its ops, estimate, runner-up and why it won (the end-to-end
@@ -310,7 +329,8 @@ def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
     return {"name": step.callee, "index": k, "backend": step.backend,
             "op_types": summarize_op_types([o["type"] for o in ops]),
             "estimated_s": _finite(estimate), "runner_up": runner_up, "won_by": won_by,
-            "why": why, "measured_s": None, "error_s": None, "error_rel": None, "ops": ops}
+            "why": why, "handoffs_in_s": None, "measured_s": None, "error_s": None,
+            "error_rel": None, "ops": ops}
 
 
 def _why(backend: str, estimate: float | None, runner_up: dict | None) -> tuple[str | None, str]:

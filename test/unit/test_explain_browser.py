@@ -18,10 +18,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from explain_model import SvgPage, mixed_model
+from explain_model import COSTS, SvgPage, mixed_model
 
 from collage_mlir.runtime.explain import backend_colours, write_explain
 from collage_mlir.runtime.report import report_data
+from collage_mlir.tools.cmd_explain import hand_off_prices
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -85,7 +86,8 @@ def details(dom: str) -> tuple[str, str]:
 def report(request, tmp_path_factory) -> dict:
     """The report of a mixed partition of the bundled alexnet and of an exported transformer."""
     model, _ = mixed_model(tmp_path_factory.mktemp("browser"), request.param)
-    return report_data(model.module, model.record())
+    return report_data(model.module, model.record(),
+                       transition=hand_off_prices(f"table:{COSTS}", None))
 
 
 LAYOUTS = ["layered"] + (["dot"] if shutil.which("dot") else [])
@@ -111,7 +113,7 @@ def test_clicking_a_region_shows_its_costs(chromium, report, layout, tmp_path):
     assert f"estimated {region['estimated_s'] * 1e3:.3f} ms" in text
     assert (f"runner-up {region['runner_up']['backend']} "
             f"{region['runner_up']['estimated_s'] * 1e3:.3f} ms") in text
-    assert "hand-offs in" in text
+    assert f"bytes, {region['handoffs_in_s'] * 1e3:.3f} ms" in text  # hand-offs in, priced
     assert json.loads(parsed.data)["report"] == report
 
 

@@ -81,6 +81,46 @@ def test_handoffs_follow_the_transition_model(mixed):
     assert totals["handoffs_s"] == pytest.approx(0.05 * len(crossings))
 
 
+def test_hand_offs_priced_as_the_search_priced_them(mixed, schema):
+    from collage_mlir.tools.cmd_explain import hand_off_prices
+
+    model, _ = mixed
+    data = report_data(model.module, model.record(),
+                       transition=hand_off_prices(f"table:{COSTS}", None))
+    jsonschema.validate(data, schema)
+    costs = [h["cost_s"] for h in data["handoffs"]]
+    assert None not in costs
+    assert math.fsum(costs) == pytest.approx(data["totals"]["handoffs_s"])
+    for region in data["regions"]:
+        assert region["handoffs_in_s"] == pytest.approx(math.fsum(
+            h["cost_s"] for h in data["handoffs"] if h["to"] == region["name"]))
+    assert report_data(model.module, model.record())["regions"][1]["handoffs_in_s"] is None
+
+
+def test_hand_offs_priced_from_the_measuring_cache(mixed, tmp_path):
+    from collage_mlir.backends.registry import get_backend
+    from collage_mlir.cost.cache import OK, MeasurementCache, Transition
+    from collage_mlir.cost.transition import transition_key
+    from collage_mlir.tools.cmd_explain import hand_off_prices
+
+    model, _ = mixed
+    ort, ov = (get_backend(b).version for b in ("onnxruntime", "openvino"))
+    cache = MeasurementCache(tmp_path / "c.sqlite")
+    cache.put_transition(Transition(transition_key("onnxruntime", ort, "openvino", ov),
+                                    "onnxruntime", "openvino", "h", OK, 1e-4, 1e-9))
+    cache.close()
+    price = hand_off_prices("measure", str(tmp_path / "c.sqlite"))
+    assert price("onnxruntime", "openvino", 1000) == pytest.approx(1e-4 + 1e-6)
+    assert math.isnan(price("openvino", "onnxruntime", 1000))  # not in the cache: unknown
+    assert price("host", "openvino", 1000) == 0.0
+    data = report_data(model.module, model.record(), transition=price)
+    crossing = [h for h in data["handoffs"]
+                if (h["from_backend"], h["to_backend"]) == ("onnxruntime", "openvino")]
+    assert crossing and all(h["cost_s"] == pytest.approx(1e-4 + 1e-9 * h["bytes"])
+                            for h in crossing)
+    assert any(h["cost_s"] is None for h in data["handoffs"])
+
+
 def test_profile_adds_measured_times_and_errors(mixed, schema):
     model, _ = mixed
     measured = {s.callee: 0.5 for s in model.plan.steps}
@@ -217,8 +257,10 @@ def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
     jsonschema.validate(data, schema)
     assert data["totals"]["regions"] > 1
     page, again = tmp_path / "p.html", tmp_path / "again.json"
-    assert main(["explain", str(out), "-o", str(page), "--json", str(again)]) == 0
+    assert main(["explain", str(out), "-o", str(page), "--json", str(again),
+                 "--cost", f"table:{COSTS}"]) == 0
     assert json.loads(again.read_text()) == data
+    assert None not in [h["cost_s"] for h in data["handoffs"]]
     assert "report-data" in page.read_text()
     assert main(["explain", str(tmp_path / "missing"), "-o", str(page)]) == 1
     assert "not a saved partitioned model" in capsys.readouterr().err
