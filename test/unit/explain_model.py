@@ -5,6 +5,9 @@ everything else on onnxruntime), nothing measured."""
 from __future__ import annotations
 
 import html.parser
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,48 @@ MODELS = {"squeezenet": light_model_path("squeezenet"),
           "tiny_bert": str(ROOT / "test" / "data" / "exported" / "tiny_bert.onnx")}
 """A light model-zoo CNN, the bundled example and an exported transformer."""
 BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
+
+
+_INSTALLED: dict[str, str] = {}
+"""Debian package → why its install failed ("" when it worked), tried once per session."""
+
+
+def installed(binaries: tuple[str, ...], package: str) -> tuple[str | None, str]:
+    """The path of the first of `binaries` found, installing Debian's `package` (apt-get,
+    as root; the package lists updated once if a plain install fails) the first time none
+    is; else None and why."""
+    def which() -> str | None:
+        return next((p for p in map(shutil.which, binaries) if p), None)
+
+    if which() is None and package not in _INSTALLED:
+        _INSTALLED[package] = _apt_install(package)
+    path = which()
+    return path, "" if path else (_INSTALLED.get(package) or "not found after install")
+
+
+def need_dot() -> None:
+    """Skip, saying why, unless Graphviz `dot` is (or could be) installed."""
+    path, why = installed(("dot",), "graphviz")
+    if path is None:
+        pytest.skip(f"Graphviz dot unavailable ({why}); install it with "
+                    "`apt-get install -y graphviz`")
+
+
+def _apt_install(package: str) -> str:
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        return "not root or no apt-get"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    done = None
+    for commands in ([["apt-get", "install", "-y", "-q", package]],
+                     [["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", package]]):
+        try:
+            done = [subprocess.run(c, capture_output=True, text=True, timeout=300, env=env)
+                    for c in commands]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        if done[-1].returncode == 0:
+            return ""
+    return (done[-1].stderr.strip().splitlines() or ["apt-get failed"])[-1]
 
 
 def mixed_model(out: Path, name: str = "squeezenet") -> tuple[collage_mlir.PartitionedModel, Path]:

@@ -11,54 +11,25 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from explain_model import COSTS, SvgPage, mixed_model
+from explain_model import COSTS, SvgPage, installed, mixed_model, need_dot
 
 from collage_mlir.runtime.explain import backend_colours, write_explain
 from collage_mlir.runtime.report import report_data
 from collage_mlir.tools.cmd_explain import hand_off_prices
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def _which_browser() -> str | None:
-    return next((p for p in map(shutil.which, BROWSERS) if p), None)
-
-
-def _apt_install() -> str:
-    """Install Debian's chromium (update the lists once if a plain install fails); returns
-    what went wrong, "" on success."""
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        return "not root or no apt-get"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for commands in ([["apt-get", "install", "-y", "-q", "chromium"]],
-                     [["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]]):
-        try:
-            done = [subprocess.run(c, capture_output=True, text=True, timeout=600, env=env)
-                    for c in commands]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return str(e)
-        if done[-1].returncode == 0:
-            return ""
-    return (done[-1].stderr.strip().splitlines() or ["apt-get failed"])[-1]
-
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """The headless browser's path, installed once per session where possible."""
-    path = _which_browser()
+    path, why = installed(("chromium", "chromium-browser", "google-chrome"), "chromium")
     if path is None:
-        why = _apt_install()
-        path = _which_browser()
-        if path is None:
-            pytest.skip(f"headless Chromium unavailable ({why or 'not found after install'}); "
-                        "install it with `apt-get install -y chromium`")
+        pytest.skip(f"headless Chromium unavailable ({why}); install it with "
+                    "`apt-get install -y chromium`")
     return path
 
 
@@ -90,11 +61,10 @@ def report(request, tmp_path_factory) -> dict:
                        transition=hand_off_prices(f"table:{COSTS}", None))
 
 
-LAYOUTS = ["layered"] + (["dot"] if shutil.which("dot") else [])
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", ["layered", "dot"])
 def test_clicking_a_region_shows_its_costs(chromium, report, layout, tmp_path):
+    if layout == "dot":
+        need_dot()
     page = write_explain(report, tmp_path / "p.html", layout)
     region = next(r for r in report["regions"] if r["runner_up"] and len(r["ops"]) > 1)
     dom, console = load_page(chromium, page, f"select=rg-{region['index']}", tmp_path / "prof")
