@@ -114,15 +114,23 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
-def _declared(module: ir.Module) -> list[TensorSpec]:
+def _declared(module: ir.Module) -> list[TensorSpec | None]:
     """The shapes and dtypes the model's entry point returns."""
     return _result_specs(public_functions(module)[0])
 
 
-def _result_specs(fn: ir.Operation) -> list[TensorSpec]:
-    """The shapes and dtypes a `func.func` returns."""
+def _result_specs(fn: ir.Operation) -> list[TensorSpec | None]:
+    """The shapes and dtypes a `func.func` returns (None for a type with no numpy
+    counterpart or no static shape: not checked)."""
     ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    return [TensorSpec.of(t) for t in ftype.results]
+    return [_spec(t) for t in ftype.results]
+
+
+def _spec(t: ir.Type) -> TensorSpec | None:
+    try:
+        return TensorSpec.of(t)
+    except ValueError:
+        return None
 
 
 def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
@@ -174,20 +182,26 @@ def _backend_of(fn: ir.Operation) -> str:
 
 
 class _Announced(Kernel):
-    """A region's kernel that announces each call as a stage and reports a raise."""
+    """A region's kernel that announces each call as a stage, and reports a raise or
+    outputs of other shapes or dtypes than its function declares (which a later region
+    might absorb, where another backend would refuse them)."""
 
     def __init__(self, inner: Kernel, ch: Channel, backend: str, name: str, allow: float,
-                 call: list[int]) -> None:
+                 call: list[int], specs: list[TensorSpec | None]) -> None:
         self.inner, self.ch, self.backend, self.name = inner, ch, backend, name
-        self.allow, self.call = allow, call
+        self.allow, self.call, self.specs = allow, call, specs
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.ch.stage(self.allow, model="pick", backend=self.backend, regions=[self.name],
                       doing=f"running call {self.call[0]}")
         try:
-            return self.inner.run(inputs)
+            outputs = [np.asarray(o) for o in self.inner.run(inputs)]
         except Exception as e:
             raise self.ch.fail(f"raised {_one_line(e)}") from None
+        why = _mismatch(outputs, self.specs, None)
+        if why:
+            raise self.ch.fail(why)
+        return outputs
 
 
 def _with_nan(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
@@ -202,7 +216,7 @@ def _with_nan(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
 
 
 def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.ndarray]],
-                declared: list[TensorSpec], reference: list[Outputs] | None,
+                declared: list[TensorSpec | None], reference: list[Outputs] | None,
                 spec: dict[str, Any] | None, allow: float,
                 nan: tuple[list[np.ndarray], Outputs] | None = None) -> None:
     """Run the pick on every input set; its outputs must have the declared shapes and
@@ -213,8 +227,10 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
     backends' own; outputs are checked on finite inputs)."""
     call = [0]
     inner = dict(model.kernels)
+    regions = region_functions(model.module)
     announced = PartitionedModel(model.module, {
-        s.callee: _Announced(inner[s.callee], ch, s.backend, s.callee, allow, call)
+        s.callee: _Announced(inner[s.callee], ch, s.backend, s.callee, allow, call,
+                             _result_specs(regions[s.callee]))
         for s in model.plan.steps}, model.backends)
     for v, x in enumerate(inputs):
         call[0] = v + 1
@@ -234,15 +250,15 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
                          "Inf (outputs are checked on finite inputs only)")
 
 
-def _mismatch(outputs: Outputs, declared: list[TensorSpec], reference: Outputs | None
-              ) -> str | None:
+def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
+              reference: Outputs | None) -> str | None:
     """Why `outputs` are wrong (declared shape or dtype, then the reference), or None."""
     for k, (o, spec) in enumerate(zip(outputs, declared, strict=False)):
-        if o.shape != spec.shape or o.dtype != spec.dtype:
-            return (f"output {k} is {o.dtype}{list(o.shape)}, the model returns "
+        if spec is not None and (o.shape != spec.shape or o.dtype != spec.dtype):
+            return (f"output {k} is {o.dtype}{list(o.shape)}, declared "
                     f"{np.dtype(spec.dtype)}{list(spec.shape)}")
     if len(outputs) != len(declared):
-        return f"{len(outputs)} outputs, the model returns {len(declared)}"
+        return f"{len(outputs)} outputs, declared {len(declared)}"
     return compare(outputs, reference, MeasureSettings()) if reference is not None else None
 
 
@@ -273,7 +289,7 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 
 
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
-                       inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec],
+                       inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
                        reference: list[Outputs] | None, allow: float, scratch: Path
                        ) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
