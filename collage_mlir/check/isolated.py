@@ -182,13 +182,17 @@ def _op_types(candidates: Sequence[CandidatePartition], ks: Sequence[int]) -> li
 def _blame(candidates: Sequence[CandidatePartition], costs: list[float], pick: Partitioning,
            alternatives: Sequence[Partitioning], outcome: _Outcome) -> list[int]:
     """Set +inf on every candidate of the failing backend that holds a node of a failing
-    region (a crash on a node is expected of every region holding it); their indices."""
+    region of the pick (a crash on a node is expected of every region holding it), or on
+    the failing whole-model alternative alone (the pick's regions of that backend ran
+    fine); their indices."""
     failing = _failing_candidates(pick, alternatives, outcome)
+    whole = outcome.model.startswith("alt:")
     out = []
     for k, c in enumerate(candidates):
         if math.isinf(costs[k]):
             continue
-        if any(c.backend == f.backend and c.inside & f.inside for f in failing):
+        if any(c.backend == f.backend and (c.inside == f.inside if whole else
+                                           c.inside & f.inside) for f in failing):
             costs[k] = math.inf
             out.append(k)
     return out

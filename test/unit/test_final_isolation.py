@@ -94,6 +94,27 @@ def test_probe_limits_its_attempts(tmp_path, monkeypatch):
     assert len(calls) == isolated.MAX_PROBES
 
 
+def test_a_failing_pick_region_takes_out_its_backends_overlapping_candidates_an_alternative_itself():
+    from collage_mlir import driver
+    from collage_mlir.candidate import CandidatePartition
+    from collage_mlir.graph import SubGraph
+    from collage_mlir.search.partitioning import Choice, Partitioning
+
+    graph = driver.entry_graph(collage_mlir.parse_mlir(ABS_RELU))
+    relu, abs_ = (1 << n.index for n in graph.op_nodes())
+    cands = [CandidatePartition(SubGraph(graph, bits), backend) for bits, backend in
+             [(relu, "a"), (abs_, "a"), (relu | abs_, "a"), (relu, "b"), (relu | abs_, "b")]]
+    pick = Partitioning(graph, (Choice(cands[0], 1.0), Choice(cands[1], 1.0)), 2.0)
+    whole_b = Partitioning(graph, (Choice(cands[4], 1.0),), 1.0)
+    region = isolated._Outcome(False, model="pick", regions=isolated._region_names(pick)[:1])
+    costs = [1.0] * len(cands)
+    assert isolated._blame(cands, costs, pick, [whole_b], region) == [0, 2]
+    assert costs == [np.inf, 1.0, np.inf, 1.0, 1.0]
+    costs = [1.0] * len(cands)
+    alternative = isolated._Outcome(False, model="alt:b")
+    assert isolated._blame(cands, costs, pick, [whole_b], alternative) == [4]
+
+
 def _table(tmp_path) -> str:
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({"per_op": {"onnxruntime": {"Relu": 1.0, "Abs": 1.0}}}))
