@@ -154,7 +154,8 @@ def _dot_text(g: Graph) -> str:
                          f"fillcolor={q(g.fills[n])}{shape}];")
     for k, c in g.clusters.items():
         lines.append(f"subgraph {q(f'cluster_{k}')} {{ id={q(f'rg-{k}')} "
-                     f"color={q(c.colour)} penwidth=2 style=rounded fontsize=9 "
+                     f"color={q(c.colour)} fillcolor={q(c.colour + '1f')} penwidth=2 "
+                     "style=\"rounded,filled\" fontsize=9 "
                      f"fontname=Helvetica label={q(c.label)};")
         for n in c.nodes:
             lines.append(f"{q(n)} [id={q(n)} label={q(g.labels[n])} "
