@@ -16,7 +16,7 @@ from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, NodeKind
-from collage_mlir.runtime.plan import Step, build_plan, region_functions
+from collage_mlir.runtime.plan import Plan, Step, build_plan, region_functions
 
 
 @dataclass
@@ -223,15 +223,11 @@ def report_data(module: ir.Module, record: Record,
             slots.type[slot] = graph.nodes[node].values[r].type
         regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee],
                                record.verdict))
-    handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)]
+    handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)
+                 if slots.producer[slot] != HOST]  # a model input returned as is moves nothing
     if transition is not None:
         _price(handoffs, regions, transition)
-    data = {"schema_version": SCHEMA_VERSION,
-            "model": {"entry": plan.entry,
-                      "inputs": [{"name": n, **_tensor(slots.type[k])}
-                                 for k, n in enumerate(plan.input_names)],
-                      "outputs": [{"name": n, "source": slots.source[s], **_tensor(slots.type[s])}
-                                  for n, s in zip(plan.output_names, plan.outputs, strict=True)]},
+    data = {"schema_version": SCHEMA_VERSION, "model": _model_io(plan, slots),
             "backends": {"considered": list(record.backends_considered),
                          "used": sorted({s.backend for s in plan.steps})},
             "totals": _totals(regions, record), "regions": regions, "handoffs": handoffs,
@@ -240,6 +236,15 @@ def report_data(module: ir.Module, record: Record,
     if measured is not None:
         data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds)
     return data
+
+
+def _model_io(plan: Plan, slots: _Slots) -> dict:
+    """The model's entry, inputs and outputs (with each output's source)."""
+    return {"entry": plan.entry,
+            "inputs": [{"name": n, **_tensor(slots.type[k])}
+                       for k, n in enumerate(plan.input_names)],
+            "outputs": [{"name": n, "source": slots.source[s], **_tensor(slots.type[s])}
+                        for n, s in zip(plan.output_names, plan.outputs, strict=True)]}
 
 
 def _tensor(t: ir.Type) -> dict:
