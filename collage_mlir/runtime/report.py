@@ -161,17 +161,31 @@ class Record:
 
     @staticmethod
     def from_manifest(manifest: Mapping) -> Record:
-        """The record of a saved model (keys a model saved before them lacks stay empty)."""
+        """The record of a saved model (keys a model saved before them lacks stay empty);
+        TypeError or ValueError where a value has the wrong type."""
         verdict = manifest.get("verdict")
-        return Record(rows=[ReportRow.from_json(r) for r in manifest.get("report") or []],
-                      estimated_cost=manifest.get("estimated_cost"),
-                      transition_cost=manifest.get("transition_cost"),
+        rows = [ReportRow.from_json(r) for r in manifest.get("report") or []]
+        for r in rows:
+            _seconds(r.estimated_cost, "report.estimated_cost")
+            _seconds(r.runner_up_cost, "report.runner_up_cost")
+        return Record(rows=rows,
+                      estimated_cost=_seconds(manifest.get("estimated_cost"), "estimated_cost"),
+                      transition_cost=_seconds(manifest.get("transition_cost"),
+                                               "transition_cost"),
                       verdict=Verdict(**verdict) if verdict else None,
                       backends_considered=list(manifest.get("backends_considered") or []),
-                      timings=dict(manifest.get("timings") or {}),
+                      timings={k: _seconds(v, "timings") for k, v in
+                               dict(manifest.get("timings") or {}).items()},
                       rejected=[Rejection(**g) for g in manifest.get("rejected") or []],
                       op_names={k: list(v) for k, v in
                                 (manifest.get("op_names") or {}).items()})
+
+
+def _seconds(x: object, key: str) -> float | None:
+    """`x` when it is a number of seconds or None, else TypeError naming `key`."""
+    if x is not None and (isinstance(x, bool) or not isinstance(x, int | float)):
+        raise TypeError(f"{key}: expected seconds, got {type(x).__name__}")
+    return x
 
 
 def op_names(module: ir.Module) -> dict[str, list[str]]:

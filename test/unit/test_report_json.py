@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import pytest
 from explain_model import BACKENDS, COSTS, SvgPage, mixed_model, need_dot
@@ -164,6 +165,19 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     assert data["phases_s"] == {"measure": 1.25}
     assert {r["won_by"] for r in data["regions"]} == {"check"}
     assert "pick 2.000 ms" in data["regions"][0]["why"]
+
+
+@pytest.mark.parametrize("key, value", [("transition_cost", "x"), ("timings", {"a": "b"}),
+                                        ("op_names", "x"), ("rejected", [1]),
+                                        ("report", [{"region": 1}])])
+def test_a_malformed_record_is_one_line(mixed, tmp_path, key, value):
+    _, saved = mixed
+    damaged = tmp_path / "m"
+    shutil.copytree(saved, damaged)
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    (damaged / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
+    with pytest.raises(CollageError, match=r"manifest.json: malformed"):
+        describe(damaged)
 
 
 def test_text_report_is_the_default_and_unknown_formats_fail(mixed):
