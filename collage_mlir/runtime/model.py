@@ -352,7 +352,18 @@ def _replace_dir(staged: Path, out: Path) -> None:
 
 
 def _verify_checksums(d: Path, manifest: dict) -> None:
-    for name, want in (manifest.get("checksums") or {}).items():
+    """Every file the model is read from (model.mlir and each region's artifacts) has its
+    checksum in the manifest and matches it: a manifest whose checksums were dropped is as
+    untrustworthy as a changed artifact."""
+    sums = manifest.get("checksums")
+    if not isinstance(sums, dict):
+        raise CollageError(f"{d / 'manifest.json'}: no checksums; partition again")
+    read = {"model.mlir"} | {a for e in manifest["regions"] for a in e.get("artifacts") or []}
+    unlisted = sorted(read - set(sums))
+    if unlisted:
+        raise CollageError(f"{d / unlisted[0]}: has no checksum in the manifest (altered, or "
+                           "saved by an older version); partition again")
+    for name, want in sums.items():
         path = d / name
         if not path.is_file():
             raise CollageError(f"{path}: missing (the saved model is incomplete; partition "
@@ -371,17 +382,20 @@ def describe(directory: str | os.PathLike) -> tuple[ir.Module, Record]:
     """The partitioned module and report record saved in `directory`, checked like `load`
     but without compiling or loading any kernel (for reports and the explain view)."""
     return _read(user_path(directory),
-                 lambda d, manifest, module: (module, Record.from_manifest(manifest)))
+                 lambda d, manifest, module: (module, Record.from_manifest(manifest)),
+                 weights=False)
 
 
 _T = TypeVar("_T")
 
 
-def _read(d: Path, assemble: Callable[[Path, dict, ir.Module], _T]) -> _T:
-    """`assemble(d, manifest, module)` over the checked contents of saved model `d`."""
+def _read(d: Path, assemble: Callable[[Path, dict, ir.Module], _T], weights: bool = True) -> _T:
+    """`assemble(d, manifest, module)` over the checked contents of saved model `d`; without
+    `weights` the module is parsed without its resource blobs (a report needs no weights,
+    and parsing bert_base's took 20 s)."""
     try:
         manifest = json.loads((d / "manifest.json").read_text())
-        text = (d / "model.mlir").read_text()
+        text = (d / "model.mlir").read_text() if weights else _without_resources(d / "model.mlir")
     except OSError as e:
         raise CollageError(f"{d}: not a saved partitioned model ({e.strerror}: "
                            f"{Path(e.filename or d).name})") from None
@@ -396,6 +410,18 @@ def _read(d: Path, assemble: Callable[[Path, dict, ir.Module], _T]) -> _T:
         return assemble(d, manifest, module)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CollageError(f"{d / 'manifest.json'}: malformed ({type(e).__name__}: {e})") from None
+
+
+def _without_resources(path: Path) -> str:
+    """The text of module file `path` up to its `{-# dialect_resources … #-}` section (the
+    weights), read line by line: the module parses without it (`dense_resource`s unresolved)."""
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("{-#"):
+                break
+            lines.append(line)
+    return "".join(lines)
 
 
 def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:

@@ -162,3 +162,16 @@ func.func @f(%arg0: {T}) -> {T} attributes {{torch.onnx_meta.opset_version = 17 
   return %b : {T}
 }}
 """
+
+
+def test_a_manifest_without_an_artifacts_checksum_is_refused(model, tmp_path):
+    import json
+
+    out = model.save(tmp_path / "out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    artifact = manifest["regions"][0]["artifacts"][0]
+    (out / artifact).write_bytes((out / artifact).read_bytes() + b" ")  # tampered ...
+    for sums in ({}, {k: v for k, v in manifest["checksums"].items() if k != artifact}):
+        (out / "manifest.json").write_text(json.dumps(dict(manifest, checksums=sums)))
+        with pytest.raises(collage_mlir.CollageError, match="has no checksum in the manifest"):
+            load(out)  # ... and its checksum dropped: refused, not run
