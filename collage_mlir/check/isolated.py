@@ -287,6 +287,7 @@ class _Watch:
         self.stderr: collections.deque[str] = collections.deque(maxlen=40)
         self.stage: dict[str, Any] = {"doing": "starting", "allow": START_ALLOW_S}
         self.notes: list[str] = []
+        self.t0 = time.monotonic()
         threading.Thread(target=self._pump, args=(proc.stdout, self.lines.put), daemon=True
                          ).start()
         threading.Thread(target=self._pump, args=(proc.stderr, self._stderr_line),
@@ -321,6 +322,9 @@ class _Watch:
                 msg = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if os.environ.get("COLLAGE_DEBUG"):
+                print(f"[probe +{time.monotonic() - self.t0:.2f} s] {line}", file=sys.stderr,
+                      flush=True)
             if "stage" in msg:
                 self.stage = msg["stage"]
                 deadline = time.monotonic() + float(self.stage["allow"])
