@@ -1,21 +1,27 @@
-"""collage-mlir explain out/ -o partition.html — the partition of a saved model as one HTML page."""
+"""collage-mlir explain out/ -o partition.html — a partition as one HTML page: of a model saved
+by `partition`, or of a model file partitioned here first (with `partition`'s options; nothing
+saved)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 from collage_mlir.errors import CollageError
-from collage_mlir.tools.args import add_cache_argument
-
-Price = Callable[[str, str, int], float]
+from collage_mlir.tools.cmd_partition import add_common_arguments, compile_from_args
+from collage_mlir.tools.report_out import (
+    Price,
+    consistent,
+    hand_off_prices,
+    unpriced,
+    write_json,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_dir", help="directory written by `collage-mlir partition -o`")
+    p.add_argument("model", help="directory written by `collage-mlir partition -o`, or an "
+                                 "ONNX / .mlir model to partition first (nothing is saved)")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="HTML file to write (self-contained: opens offline in any browser)")
     p.add_argument("--json", metavar="FILE", default=None,
@@ -26,48 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also load the kernels and time each region's call over N runs, shown "
                         "beside the estimates (default: 0, nothing run)")
-    p.add_argument("--cost", default=None, metavar="measure|table:FILE",
-                   help="price each hand-off as the search did: 'table:FILE' (the table the "
-                        "model was partitioned with) or 'measure' (the hand-off experiments in "
-                        "--cache, read only) (default: hand-offs shown without prices)")
-    add_cache_argument(p)
-
-
-def hand_off_prices(cost: str | None, cache: str | None) -> Price | None:
-    """The search's hand-off price under `cost` ('measure' or 'table:FILE'): a table's own,
-    or the measuring cache's fitted hand-offs, read only (NaN for a pair it lacks; 0 to or
-    from the host, as the measuring estimator charges); None when `cost` is None."""
-    if cost is None:
-        return None
-    if cost.startswith("table:"):
-        from collage_mlir.cost.table import TableEstimator
-
-        return TableEstimator.from_json(cost[len("table:"):]).transition_cost
-    if cost != "measure":
-        raise CollageError(f"--cost {cost}: expected 'measure' or 'table:FILE'")
-    from collage_mlir.backends.registry import get_backend
-    from collage_mlir.cost.cache import MeasurementCache
-    from collage_mlir.cost.transition import transition_key
-
-    store = MeasurementCache(cache, readonly=True)
-    versions: dict[str, str | None] = {}
-
-    def version(name: str) -> str | None:
-        if name not in versions:
-            try:
-                versions[name] = get_backend(name).version
-            except CollageError:  # "host", or a backend not installed here
-                versions[name] = None
-        return versions[name]
-
-    def price(src: str, dst: str, nbytes: int) -> float:
-        a, b = version(src), version(dst)
-        if a is None or b is None:
-            return 0.0
-        fitted = store.get_transition(transition_key(src, a, dst, b))
-        return fitted.cost(nbytes) if fitted is not None else math.nan
-
-    return price
+    add_common_arguments(p)
+    p.description = (
+        "Draw a partition as one self-contained HTML page.\n\n"
+        "A saved model is read without loading kernels or weights. Its hand-offs are priced\n"
+        "from --cost as the search priced them ('measure': the hand-off experiments in\n"
+        "--cache, read only; 'table:FILE': the table), and shown without prices when those\n"
+        "do not add up to the search's total (pass the --cost it was partitioned with).\n"
+        "A model file is partitioned first with the options below, as `partition` would.")
 
 
 def report_of(model_dir: str, profile: int, price: Price | None = None) -> dict:
@@ -90,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.profile < 0:
         raise CollageError(f"--profile {args.profile}: must be 0 or more runs")
-    data = report_of(args.model_dir, args.profile, hand_off_prices(args.cost, args.cache))
+    data = report_for(args)
     t0 = time.perf_counter()
     out = write_explain(data, args.output, None if args.layout == "auto" else args.layout)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} ops in "
@@ -100,13 +72,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_json(data: dict, path: str) -> None:
-    """Write report `data` as JSON to `path` (one-line error when it cannot)."""
-    from collage_mlir.paths import user_path
+def report_for(args: argparse.Namespace) -> dict:
+    """The report the page draws: of the saved model `args.model`, or of the model file
+    partitioned here with the command's options."""
+    path = Path(args.model).expanduser()
+    if not path.exists():
+        raise CollageError(f"{path}: not found (expected a directory written by `partition -o`, "
+                           "or a model file)")
+    if path.is_dir():
+        data = report_of(args.model, args.profile,
+                         hand_off_prices(args.cost, args.cache, required=False))
+        if not consistent(data):
+            unpriced(data)
+            print(f"note: the hand-off prices of --cost {args.cost} do not add up to the "
+                  "search's total; shown without prices (pass the --cost the model was "
+                  "partitioned with)")
+        return data
+    from collage_mlir.runtime.report import report_data
+    from collage_mlir.tensors import model_inputs
 
-    out = user_path(path)
-    try:
-        out.write_text(json.dumps(data, indent=1))
-    except OSError as e:
-        raise CollageError(f"{out}: cannot write the JSON report ({e.strerror})") from None
-    print(f"wrote {out}")
+    model = compile_from_args(args.model, args)
+    measured = (model.profile(model_inputs(model.module), rounds=args.profile)
+                if args.profile else None)
+    return report_data(model.module, model.record(), measured, args.profile or None,
+                       hand_off_prices(args.cost, args.cache))

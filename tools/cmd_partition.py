@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"saved to {out}/ (model.mlir, manifest.json, backend artifacts)")
     if args.json:
         from collage_mlir.runtime.report import report_data
-        from collage_mlir.tools.cmd_explain import hand_off_prices, write_json
+        from collage_mlir.tools.report_out import hand_off_prices, write_json
 
         write_json(report_data(model.module, model.record(),
                                transition=hand_off_prices(args.cost, args.cache)), args.json)

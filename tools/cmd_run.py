@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if measured is not None:
         print(model.report(measured=measured))
     if args.json:
-        from collage_mlir.tools.cmd_explain import write_json
+        from collage_mlir.tools.report_out import write_json
 
         write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None)),
                    args.json)

@@ -20,7 +20,7 @@ from explain_model import COSTS, SvgPage, installed, mixed_model, need_dot
 
 from collage_mlir.runtime.explain import backend_colours, write_explain
 from collage_mlir.runtime.report import report_data
-from collage_mlir.tools.cmd_explain import hand_off_prices
+from collage_mlir.tools.report_out import hand_off_prices
 
 
 @pytest.fixture(scope="session")

@@ -82,7 +82,7 @@ def test_handoffs_follow_the_transition_model(mixed):
 
 
 def test_hand_offs_priced_as_the_search_priced_them(mixed, schema):
-    from collage_mlir.tools.cmd_explain import hand_off_prices
+    from collage_mlir.tools.report_out import hand_off_prices
 
     model, _ = mixed
     data = report_data(model.module, model.record(),
@@ -101,7 +101,7 @@ def test_hand_offs_priced_from_the_measuring_cache(mixed, tmp_path):
     from collage_mlir.backends.registry import get_backend
     from collage_mlir.cost.cache import OK, MeasurementCache, Transition
     from collage_mlir.cost.transition import transition_key
-    from collage_mlir.tools.cmd_explain import hand_off_prices
+    from collage_mlir.tools.report_out import hand_off_prices
 
     model, _ = mixed
     ort, ov = (get_backend(b).version for b in ("onnxruntime", "openvino"))
@@ -275,7 +275,31 @@ def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
     assert None not in [h["cost_s"] for h in data["handoffs"]]
     assert "report-data" in page.read_text()
     assert main(["explain", str(tmp_path / "missing"), "-o", str(page)]) == 1
-    assert "not a saved partitioned model" in capsys.readouterr().err
+    assert "missing: not found" in capsys.readouterr().err
+    # prices of another cost than the model's search do not add up: shown without them
+    assert main(["explain", str(out), "-o", str(page), "--json", str(again),
+                 "--cost", f"table:{COSTS.with_name('explain_costs.json')}"]) == 0
+    assert "do not add up" in capsys.readouterr().out
+    assert {h["cost_s"] for h in json.loads(again.read_text())["handoffs"]} == {None}
+
+
+def test_cli_explain_partitions_a_model_file_first(tmp_path, schema):
+    from conftest import light_model_path
+
+    from collage_mlir.tools.cli import main
+
+    if len(BACKENDS) < 2:
+        pytest.skip("needs onnxruntime and openvino")
+    page, report = tmp_path / "p.html", tmp_path / "r.json"
+    assert main(["explain", light_model_path("squeezenet"), "--backends", ",".join(BACKENDS),
+                 "--cost", f"table:{COSTS}", "--max-depth", "2", "-o", str(page),
+                 "--json", str(report)]) == 0
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, schema)
+    assert data["backends"]["used"] == sorted(BACKENDS)
+    assert math.fsum(h["cost_s"] for h in data["handoffs"]) == pytest.approx(
+        data["totals"]["handoffs_s"])
+    assert not list(tmp_path.glob("*/manifest.json")), "explain saved the model"
 
 
 def test_cli_run_json_has_the_profile(tmp_path, schema):
