@@ -62,14 +62,15 @@ def _cache_exists(cache: str | None) -> bool:
 
 
 def consistent(data: dict) -> bool:
-    """True unless every hand-off is priced and the prices do not add up to the search's
-    hand-off total (prices from another cost than the model was partitioned with). A
-    report that fails it loses its prices."""
+    """Whether the report's hand-off prices add up to the search's hand-off total, an
+    unknown price counting 0 as the measuring estimator charged it (a report priced from
+    another cost than the model was partitioned with fails; one without prices passes)."""
     costs = [h["cost_s"] for h in data["handoffs"]]
     total = data["totals"]["handoffs_s"]
-    if total is None or not costs or None in costs:
+    if total is None or all(c is None for c in costs):
         return True
-    return math.isclose(math.fsum(costs), total, rel_tol=1e-6, abs_tol=1e-12)
+    return math.isclose(math.fsum(c or 0.0 for c in costs), total, rel_tol=1e-6,
+                        abs_tol=1e-12)
 
 
 def unpriced(data: dict) -> None:

@@ -323,3 +323,16 @@ def test_cli_run_json_has_the_profile(tmp_path, schema):
     shown = SvgPage()
     shown.feed(page.read_text())
     assert json.loads(shown.data)["report"]["profile"]["rounds"] == 1
+
+
+def test_hand_off_prices_must_add_up_to_the_search_total():
+    from collage_mlir.tools.report_out import consistent
+
+    def report(costs, total):
+        return {"handoffs": [{"cost_s": c} for c in costs], "totals": {"handoffs_s": total}}
+
+    assert consistent(report([0.1, 0.2], 0.3))
+    assert consistent(report([0.1, None], 0.1))  # unknown: charged 0 by the search
+    assert not consistent(report([0.1, 0.2], 0.5))
+    assert not consistent(report([0.1, None], 0.3))
+    assert consistent(report([None, None], 0.3))  # nothing priced: nothing to contradict
