@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,13 +82,15 @@ class OpenVinoKernel(Kernel):
 
     Inputs are shared, not copied: a bound array is kept alive and re-set only when a
     different array object is passed. Outputs are copied out (fresh arrays per call).
+    `source` is the blob file the model was imported from, if it was.
     """
 
-    def __init__(self, compiled: Any) -> None:
+    def __init__(self, compiled: Any, source: Path | None = None) -> None:
         import openvino as ov
 
         self._tensor = ov.Tensor
         self.compiled = compiled
+        self.source = source
         self.request = compiled.create_infer_request()
         self._refs: list[np.ndarray | None] = [None] * len(compiled.inputs)
         self._n_out = len(compiled.outputs)
@@ -195,14 +198,25 @@ class OpenVinoBackend(Backend):
             return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
 
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
-        """OpenVINO's own compiled blob (`export_model`), re-imported without compiling."""
+        """OpenVINO's own compiled blob (`export_model`), re-imported without compiling.
+
+        A model OpenVINO imported from a blob exports one that does not read back (2026.4:
+        "Unable to read the model"), so an imported kernel is saved as its blob file, or
+        compiled again when that file is gone (a probe's scratch directory)."""
         path = Path(stem + ".ovblob")
+        source = getattr(kernel, "source", None)
+        if source is not None and source.is_file():
+            shutil.copyfile(source, path)
+            return [str(path)]
+        if source is not None:
+            kernel = self.compile(module)
         path.write_bytes(kernel.compiled.export_model().getbuffer())  # no copy of the blob
         return [str(path)]
 
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
-        blob = Path(stem + ".ovblob").read_bytes()
-        return OpenVinoKernel(self.core.import_model(blob, DEVICE, self.config()))
+        path = Path(stem + ".ovblob")
+        compiled = self.core.import_model(path.read_bytes(), DEVICE, self.config())
+        return OpenVinoKernel(compiled, source=path.resolve())
 
     def cache_options(self) -> str:
         return f"threads={self.threads},precision={self.precision}"
