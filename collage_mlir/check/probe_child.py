@@ -108,9 +108,11 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     nan = (nan_inputs, reference[RUNS]) if reference and nan_inputs is not None else None
     _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan)
     scratch = Path(job["scratch"])
-    whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t, scratch)
+    saved, trips = _save(ch, model, scratch, t)
+    whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t,
+                                   scratch if trips.get(b) else None)
              for b in job["alternatives"]}
-    ch.send(done={"saved": _save(ch, model, scratch, t),
+    ch.send(done={"saved": saved,
                   "whole": {b: stem for b, stem in whole.items() if stem},
                   "dropped": [b for b, stem in whole.items() if stem is None]})
 
@@ -296,11 +298,11 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
-                       reference: list[Outputs] | None, allow: float, scratch: Path
-                       ) -> str | None:
+                       reference: list[Outputs] | None, allow: float,
+                       scratch: Path | None) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
-    its kernel: the stem ("" when its backend saves nothing); None when it raises (the
-    check would leave it out: not a contender, no one to blame)."""
+    its kernel under `scratch` (None: not saved): the stem ("" when not saved); None when
+    it raises (the check would leave it out: not a contender, no one to blame)."""
     model = f"alt:{backend}"
     ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
     try:
@@ -319,7 +321,7 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
         ch.send(note=f"{backend} whole model left out of the end-to-end check: "
                      f"raised {_one_line(e)}")
         return None
-    if compile_s < SAVE_ALTERNATIVE_ABOVE_S:
+    if scratch is None or compile_s < SAVE_ALTERNATIVE_ABOVE_S:
         return ""
     ch.stage(allow, model=model, backend=backend, doing="saving its kernel")
     stem = str(scratch / ("whole_" + "".join(c if c.isalnum() else "_" for c in backend)))
@@ -331,10 +333,15 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
 
 
 def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float
-          ) -> dict[str, str]:
-    """Each region's kernel written under `scratch` where its backend can (stems)."""
+          ) -> tuple[dict[str, str], dict[str, bool]]:
+    """Each region's kernel written under `scratch` where its backend can: (region →
+    stem, backend → whether its saved kernels round-trip). The regions of a backend whose
+    loaded kernels cannot be saved again are left out (the main process compiles them): the
+    model built from them may be saved by its user (OpenVINO exports an imported model as a
+    blob it cannot import)."""
     regions = region_functions(model.module)
     saved: dict[str, str] = {}
+    size: dict[str, int] = {}
     for step in model.plan.steps:
         ch.stage(allow, model="pick", backend=step.backend, regions=[step.callee],
                  doing="saving its kernel")
@@ -348,4 +355,29 @@ def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float
             continue
         if files:
             saved[step.callee] = stem
-    return saved
+            size[step.callee] = sum(Path(f).stat().st_size for f in files)
+    trips: dict[str, bool] = {}
+    for step in sorted(model.plan.steps, key=lambda s: size.get(s.callee, 0)):
+        if step.callee in saved and step.backend not in trips:  # its smallest region
+            ch.stage(allow * 3, model="pick", backend=step.backend, regions=[step.callee],
+                     doing="loading and saving its kernel again")
+            trips[step.backend] = _round_trips(model.backends[step.backend],
+                                               region_module(regions[step.callee]),
+                                               saved[step.callee], scratch)
+    return {n: stem for n, stem in saved.items()
+            if trips.get(_backend_of(regions[n]))}, trips
+
+
+def _round_trips(backend: Backend, module: ir.Module, stem: str, scratch: Path) -> bool:
+    """Whether the kernel saved at `stem` loads, saves again and loads again."""
+    again = str(scratch / "round_trip")
+    try:
+        kernel = backend.load_kernel(module, stem)
+        backend.save_kernel(kernel, module, again)
+        backend.load_kernel(module, again)
+    except Exception:
+        return False
+    finally:
+        for f in scratch.glob("round_trip*"):
+            f.unlink(missing_ok=True)
+    return True

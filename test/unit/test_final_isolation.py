@@ -75,6 +75,24 @@ def test_the_parent_loads_the_kernels_the_probe_compiled(tmp_path, monkeypatch):
     assert "probe" in model.timings
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino", "iree"])
+def test_a_model_built_on_the_probes_kernels_saves_and_loads_again(tmp_path, backend):
+    """The main process loads what the probe saved only from a backend whose loaded kernels
+    save and load again (OpenVINO exports an imported model as a blob it cannot import):
+    the user saves the model next."""
+    from collage_mlir.backends.registry import available_backends
+
+    if backend not in available_backends():
+        pytest.skip(f"{backend} not installed")
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"per_op": {backend: {"Relu": 1.0, "Abs": 1.0}}}))
+    model = collage_mlir.compile(collage_mlir.parse_mlir(ABS_RELU), backends=[backend],
+                                 cost=f"table:{costs}")
+    loaded = collage_mlir.load(model.save(tmp_path / "out"))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(loaded.run([x])[0], np.abs(np.maximum(x, 0)))
+
+
 def test_probe_limits_its_attempts(tmp_path, monkeypatch):
     """Every probe failing on a new region: MAX_PROBES attempts, then one line."""
     calls = []
