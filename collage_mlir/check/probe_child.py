@@ -110,7 +110,7 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     scratch = Path(job["scratch"])
     saved, trips = _save(ch, model, scratch, t)
     whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t,
-                                   scratch if trips.get(b) else None)
+                                   scratch, trips)
              for b in job["alternatives"]}
     ch.send(done={"saved": saved,
                   "whole": {b: stem for b, stem in whole.items() if stem},
@@ -298,11 +298,13 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
-                       reference: list[Outputs] | None, allow: float,
-                       scratch: Path | None) -> str | None:
+                       reference: list[Outputs] | None, allow: float, scratch: Path,
+                       trips: dict[str, bool]) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
-    its kernel under `scratch` (None: not saved): the stem ("" when not saved); None when
-    it raises (the check would leave it out: not a contender, no one to blame)."""
+    its kernel under `scratch` when that pays (a slow compile) and its backend's kernels
+    round-trip (`trips`, learnt on a one-op model when the pick did not say): the stem
+    ("" when not saved); None when it raises (the check would leave it out: not a
+    contender, no one to blame)."""
     model = f"alt:{backend}"
     ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
     try:
@@ -321,7 +323,13 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
         ch.send(note=f"{backend} whole model left out of the end-to-end check: "
                      f"raised {_one_line(e)}")
         return None
-    if scratch is None or compile_s < SAVE_ALTERNATIVE_ABOVE_S:
+    if compile_s < SAVE_ALTERNATIVE_ABOVE_S:
+        return ""
+    if backend not in trips:
+        ch.stage(allow * 3, model=model, backend=backend,
+                 doing="saving and loading a one-op model")
+        trips[backend] = _one_op_round_trips(get_backend(backend), scratch)
+    if not trips[backend]:
         return ""
     ch.stage(allow, model=model, backend=backend, doing="saving its kernel")
     stem = str(scratch / ("whole_" + "".join(c if c.isalnum() else "_" for c in backend)))
@@ -366,6 +374,27 @@ def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float
                                                saved[step.callee], scratch)
     return {n: stem for n, stem in saved.items()
             if trips.get(_backend_of(regions[n]))}, trips
+
+
+ONE_OP = """
+func.func @round_trip(%arg0: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+    attributes {torch.onnx_meta.opset_version = 17 : si64} {
+  %0 = torch.operator "onnx.Relu"(%arg0) : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}
+"""
+
+
+def _one_op_round_trips(backend: Backend, scratch: Path) -> bool:
+    """`_round_trips` on a one-op model (False when the backend cannot even compile it)."""
+    stem = str(scratch / "one_op")
+    try:
+        module = parse_mlir(ONE_OP, "one-op model")
+        if not backend.save_kernel(backend.compile(module), module, stem):
+            return False
+    except Exception:
+        return False
+    return _round_trips(backend, module, stem, scratch)
 
 
 def _round_trips(backend: Backend, module: ir.Module, stem: str, scratch: Path) -> bool:
