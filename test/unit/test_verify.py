@@ -158,13 +158,18 @@ def test_a_one_region_pick_is_checked_against_other_backends(tmp_path, monkeypat
 
 
 @needs_two
-def test_a_far_dearer_whole_model_is_not_timed(tmp_path):
+def test_a_far_dearer_whole_model_is_timed_all_the_same(tmp_path, monkeypatch):
+    """Estimated 2x the pick, the other backend's whole model is still timed: estimates
+    taken on a busy machine can be off by that much."""
     from collage_mlir.cost.table import TableEstimator
 
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 2.0, "openvino whole": 1.0}))
     model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
                                  estimator=TableEstimator.from_json(
                                      whole_favouring(tmp_path, ov_factor=2.0)))
-    assert model.verdict is None and [s.backend for s in model.plan.steps] == ["onnxruntime"]
+    assert model.verdict.kept == "openvino whole"
+    assert [s.backend for s in model.plan.steps] == ["openvino"]
 
 
 def test_real_check_times_every_contender_and_saves_the_verdict(tmp_path):
@@ -252,7 +257,7 @@ def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch
     assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
 
 
-def test_a_split_pick_is_timed_against_the_cheapest_whole_model_however_dear():
+def test_picks_are_timed_against_the_cheapest_whole_models_however_dear():
     from collage_mlir.candidate import CandidatePartition
     from collage_mlir.driver import entry_graph
     from collage_mlir.graph import SubGraph
@@ -266,6 +271,7 @@ def test_a_split_pick_is_timed_against_the_cheapest_whole_model_however_dear():
     candidates, costs = whole + ops, [30.0, 40.0, 1.0, 1.0]  # whole models 15-20x the pick
     split = Partitioning(graph, tuple(Choice(c, 1.0) for c in ops), 2.0)
     alternatives = verify.whole_alternatives(graph, candidates, costs, split, None)
-    assert [a.choices[0].candidate.backend for a in alternatives] == ["onnxruntime"]
-    one = Partitioning(graph, (Choice(whole[0], 1.0),), 1.0)  # one region: estimates decide
-    assert verify.whole_alternatives(graph, candidates, [1.0, 40.0, 1.0, 1.0], one, None) == []
+    assert [a.choices[0].candidate.backend for a in alternatives] == ["onnxruntime", "openvino"]
+    one = Partitioning(graph, (Choice(whole[0], 1.0),), 1.0)  # one region: the cheapest other
+    alternatives = verify.whole_alternatives(graph, candidates, [1.0, 40.0, 1.0, 1.0], one, None)
+    assert [a.choices[0].candidate.backend for a in alternatives] == ["openvino"]
