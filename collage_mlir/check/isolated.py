@@ -44,6 +44,7 @@ from iree.compiler import ir
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.verify import whole_alternatives
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.cost.protocol import how_it_ended
 from collage_mlir.dialects.func import function_name
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import portable_text, store_of
@@ -356,13 +357,7 @@ class _Watch:
         except subprocess.TimeoutExpired:
             self.kill()
             rc = self.proc.returncode
-        if rc is not None and rc < 0:
-            try:
-                what = f"killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                what = f"killed by signal {-rc}"
-        else:
-            what = f"exited with status {rc}"
+        what = how_it_ended(rc)
         said = next((ln.strip() for ln in reversed(self.stderr)
                      if ln.startswith("collage worker:") or "Error" in ln), "")
         return what + (f" ({said[:200]})" if said and rc != 0 else "")

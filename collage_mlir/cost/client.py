@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collage_mlir.cost.protocol import SYS_PATH_ENV
+from collage_mlir.cost.protocol import SYS_PATH_ENV, how_it_ended
 
 
 class WorkerError(Exception):
@@ -187,14 +187,7 @@ class WorkerClient:
         """Why the worker stopped answering, in one line."""
         if self._timed_out:
             return f"timed out after {self._last_timeout:g} s while {doing}"
-        rc = self.proc.returncode if self.proc is not None else None
-        if rc is not None and rc < 0:
-            try:
-                what = f"killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                what = f"killed by signal {-rc}"
-        else:
-            what = f"exited with status {rc}"
+        what = how_it_ended(self.proc.returncode if self.proc is not None else None)
         fatal = next((ln for ln in reversed(self.stderr_tail)
                       if "Fatal Python error" in ln or ln.startswith("collage worker:")), "")
         return f"worker {what} while {doing}" + (f" ({fatal.strip()})" if fatal else "")

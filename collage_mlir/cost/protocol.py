@@ -8,6 +8,7 @@ separated), which the parent sets (test doubles live in test/, never in the pack
 from __future__ import annotations
 
 import importlib
+import signal
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -79,3 +80,13 @@ def shares_compiles(backend: Any) -> bool:
 
 def settings_dict(settings: MeasureSettings) -> dict[str, Any]:
     return asdict(settings)
+
+
+def how_it_ended(returncode: int | None) -> str:
+    """A child process's end in words: "killed by SIGSEGV", "exited with status 3"."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
