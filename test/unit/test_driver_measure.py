@@ -10,6 +10,7 @@ import numpy as np
 import onnx.parser
 import pytest
 from fault_backend import FaultInjectingBackend, NumpyTestBackend
+from test_measure import FAST, FAULT, MODEL, NUMPY  # one tiny model and setting for both
 
 import collage_mlir
 from collage_mlir import driver
@@ -17,20 +18,6 @@ from collage_mlir.backends.registry import _extra, register_backend
 from collage_mlir.cost.measure import MeasuringEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.errors import CollageError
-
-NUMPY = "fault_backend:NumpyTestBackend"
-FAULT = "fault_backend:FaultInjectingBackend"
-FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02, cold_bytes=1 << 20)
-MODEL = """
-<ir_version: 8, opset_import: ["" : 17]>
-g (float[16,16] x, float[16,16] w) => (float[16,16] y) {
-  a = MatMul(x, w)
-  b = Relu(a)
-  c = Sigmoid(b)
-  d = Relu(c)
-  y = Add(d, x)
-}
-"""
 
 
 @pytest.fixture
