@@ -33,11 +33,40 @@ class BackendKind(enum.StrEnum):
 
 
 class Kernel(abc.ABC):
-    """One compiled region, ready to run. Inputs and outputs follow the function signature."""
+    """One compiled region, ready to run. Inputs and outputs follow the function signature.
+
+    Inputs may be bound by reference: a kernel may keep the arrays it was given and read
+    them again on a later call with the same array objects, so an in-place update of an
+    input between calls is seen by the next call (never a stale copy). A kernel never
+    writes into its inputs.
+    """
 
     @abc.abstractmethod
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run on host arrays; returns host arrays (fresh or owned by the caller)."""
+        """Run on host arrays; returns host arrays owned by the caller (no later call of
+        this or any kernel changes them)."""
+
+    def run_borrowed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Like `run`, but the returned arrays may be the kernel's own buffers, reused by
+        its next call: they hold this call's values only until this kernel runs again and
+        must not be written. For a caller that knows nobody else holds them (the runtime's
+        values between regions, the hand-off experiment); a region boundary then moves no
+        data and allocates nothing. By default `run`."""
+        return self.run(inputs)
+
+
+ALIGNMENT = 64
+"""Bytes a kernel-owned buffer is aligned to: IREE imports host memory only at this
+alignment (and copies otherwise), and vector loads like it too."""
+
+
+def aligned_empty(shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts at an ALIGNMENT boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 class Backend(abc.ABC):

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends.base import Backend, BackendKind, Kernel
+from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, Kernel
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import materialize
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
@@ -218,9 +218,12 @@ def _runtime_config(threads: int) -> Any:
 class IreeKernel(Kernel):
     """One function of a loaded vmfb (several kernels may share one context).
 
-    Inputs are passed by value each call; outputs are host numpy arrays owned by the caller.
-    `vmfb` is the (possibly shared) compiled module, mapped from its file: what
-    `save_kernel` writes.
+    An input that is C-contiguous and ALIGNMENT-aligned (another kernel's output, an
+    `aligned_empty` array) is imported as a buffer view over its own memory (DLPack, no
+    copy), and the view is kept while the same array object is passed again; any other
+    input is copied in by IREE on every call. Outputs are IREE's fresh buffers, mapped
+    (not copied) to numpy. `vmfb` is the (possibly shared) compiled module, mapped from its
+    file: what `save_kernel` writes.
     """
 
     def __init__(self, context: Any, fn_name: str, vmfb: Any) -> None:
@@ -228,12 +231,39 @@ class IreeKernel(Kernel):
         self.fn_name = fn_name
         self.vmfb = vmfb
         self._fn = context.modules.module[fn_name]
+        self._device = context.config.device
+        self._args: list[tuple[Any, Any]] = []
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        result = self._fn(*inputs)
+        """Fresh outputs: an output over an input's memory (a function returning its
+        argument) is copied."""
+        out = self.run_borrowed(inputs)
+        return [np.array(o, copy=True) if any(np.may_share_memory(o, x) for x in inputs)
+                else o for o in out]
+
+    def run_borrowed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(self._args) != len(inputs):
+            self._args = [(None, None)] * len(inputs)
+        result = self._fn(*(self._arg(k, x) for k, x in enumerate(inputs)))
         if not isinstance(result, tuple | list):
             result = (result,)
         return [np.asarray(r.to_host()) for r in result]
+
+    def _arg(self, k: int, x: np.ndarray) -> Any:
+        """What to pass for input `k`: the kept view when `x` is the same array as last
+        time, else a view over `x`'s memory where IREE can import it, else `x`."""
+        ref, arg = self._args[k]
+        if x is ref:
+            return arg
+        arg = x
+        if (isinstance(x, np.ndarray) and x.size and x.flags.c_contiguous
+                and x.ctypes.data % ALIGNMENT == 0):
+            try:
+                arg = self._device.from_dlpack_capsule(x.__dlpack__())
+            except Exception:  # a dtype or array DLPack cannot carry: IREE copies it
+                arg = x
+        self._args[k] = (x, arg)
+        return arg
 
 
 class IreeBackend(Backend):

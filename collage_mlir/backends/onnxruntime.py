@@ -4,7 +4,8 @@ Regions reach it as exported ONNX models. Its capability is onnxruntime's own ke
 (`get_all_opkernel_def`): an op is supported when the CPU EP registers a kernel whose version
 range covers the op's schema version at the function's opset and whose type constraint admits
 the op's first input. Kernels run through an IO binding whose inputs are re-bound only when the
-caller passes a different buffer, the cheapest call path measured here (see design.md).
+caller passes a different buffer and whose outputs are written into buffers the kernel owns,
+the cheapest call path measured here (see design.md and bench/handoff.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from iree.compiler import ir
 
-from collage_mlir.backends.base import Backend, BackendKind, Kernel
+from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export import export_function
 from collage_mlir.export.resources import model_source, store_of
@@ -100,31 +101,62 @@ class OrtKernel(Kernel):
     """A session plus an IO binding; inputs are re-bound only when their buffer changes.
 
     Binding is by reference (no copy): each bound input array is kept alive while bound, and
-    in-place updates of the same array are seen by the next run. Outputs are fresh arrays.
+    in-place updates of the same array are seen by the next run. The first run lets
+    onnxruntime allocate the outputs; from then on every output whose shape the session
+    declares static is written into a buffer the kernel owns (`run_borrowed` returns it,
+    `run` a copy), so a run allocates nothing.
     """
 
     def __init__(self, session: Any) -> None:
         self.session = session
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
+        self._static = [all(isinstance(d, int) for d in o.shape) for o in session.get_outputs()]
         self._binding = session.io_binding()
         for name in self.output_names:
             self._binding.bind_output(name, "cpu")
         self._refs: list[np.ndarray | None] = [None] * len(self.input_names)
+        self._owned: list[np.ndarray | None] | None = None
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [np.array(o, copy=True) for o in self.run_borrowed(inputs)]
+
+    def run_borrowed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if len(inputs) != len(self.input_names):
             raise ValueError(f"expected {len(self.input_names)} inputs, got {len(inputs)}")
         for k, x in enumerate(inputs):
             if x is not self._refs[k]:  # the same array object is still bound: nothing to do
                 self._bind(k, x)
         self.session.run_with_iobinding(self._binding)
-        return self._binding.copy_outputs_to_cpu()
+        if self._owned is None:
+            return self._own(self._binding.copy_outputs_to_cpu())
+        if all(o is not None for o in self._owned):
+            return list(self._owned)  # type: ignore[arg-type]
+        fresh = self._binding.copy_outputs_to_cpu()  # every output, in order
+        return [o if o is not None else f for o, f in zip(self._owned, fresh, strict=True)]
 
     def _bind(self, k: int, x: np.ndarray) -> None:
         x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.ascontiguousarray(x)
         self._binding.bind_cpu_input(self.input_names[k], x)
         self._refs[k] = x
+
+    def _own(self, first: list[np.ndarray]) -> list[np.ndarray]:
+        """Bind each static numeric output to a kernel-owned buffer holding `first`'s
+        values (the first run's outputs); the others stay allocated by onnxruntime."""
+        owned: list[np.ndarray | None] = []
+        self._binding.clear_binding_outputs()
+        for name, value, static in zip(self.output_names, first, self._static, strict=True):
+            if static and value.dtype.kind in "biufc" and value.size:
+                buf = aligned_empty(value.shape, value.dtype)
+                buf[...] = value
+                self._binding.bind_output(name, "cpu", 0, value.dtype.type, list(value.shape),
+                                          buf.ctypes.data)
+                owned.append(buf)
+            else:
+                self._binding.bind_output(name, "cpu")
+                owned.append(None)
+        self._owned = owned
+        return [o if o is not None else v for o, v in zip(owned, first, strict=True)]
 
 
 class OnnxRuntimeBackend(Backend):

@@ -3,9 +3,10 @@
 Measured, not guessed (the RFC leaves it out; it decides whether mixing pays for small
 regions). The experiment runs in a measuring worker that has both backends loaded, on a
 cheap elementwise region (Relu on a flat f32 tensor) at a few sizes, through the same
-`Kernel.run` call path the runtime uses. Candidates are timed hot (one kernel, again and
+call path the runtime uses (`Kernel.run_borrowed`: each kernel writes into buffers of its
+own and the next binds them by reference). Candidates are timed hot (one kernel, again and
 again, input bound once); a partitioned model instead switches kernels at every region
-boundary and hands over a fresh array. Per size and round we time each kernel hot and then
+boundary and hands over another kernel's buffer. Per size and round we time each kernel hot and then
 a ring of RING distinct kernels per backend, alternating A, B, A, B, ...; the boundary cost
 is what the ring takes beyond its hot calls, per kernel switch, at the median over rounds —
 so that a cover's estimate, its candidates' costs plus these hand-offs, adds up to what the
@@ -38,7 +39,7 @@ SIZES = (256, 16_384, 262_144, 1_048_576)
 """f32 elements per experiment: 1 KiB, 64 KiB, 1 MiB, 4 MiB."""
 
 Point = tuple[int, float]
-METHOD = "ring-1"  # part of the key: a changed experiment must not reuse old numbers
+METHOD = "ring-2"  # part of the key: a changed experiment must not reuse old numbers
 
 
 def transition_key(src: str, src_version: str, dst: str, dst_version: str,
@@ -78,19 +79,20 @@ def _hand_offs(ring: list[Kernel], x: list[np.ndarray], repeats: int,
     """Median seconds per region boundary along `ring` (kernels alternating backends).
 
     Candidates are measured hot: one kernel called again and again on a bound input. In a
-    partitioned model every boundary instead switches kernels and hands over a fresh array.
-    A round times each kernel hot (the second of two calls) and then the whole ring, each
-    kernel fed its predecessor's output; the boundary cost is what the ring takes beyond the
-    hot calls, per kernel switch.
+    partitioned model every boundary instead switches kernels and hands over the previous
+    kernel's output buffer. A round times each kernel hot (the second of two calls) and then
+    the whole ring, each kernel fed its predecessor's output as the runtime feeds it
+    (`run_borrowed`, `PartitionedModel._execute`); the boundary cost is what the ring takes
+    beyond the hot calls, per kernel switch.
     """
     def hot(k: Kernel) -> float:
-        k.run(x)
-        return _timed(lambda: k.run(x))
+        k.run_borrowed(x)
+        return _timed(lambda: k.run_borrowed(x))
 
     def walk() -> None:
         y = x
         for k in ring:
-            y = k.run(y)
+            y = k.run_borrowed(y)
 
     for _ in range(2):  # warm every path (first binds, page faults)
         walk()

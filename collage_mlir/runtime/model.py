@@ -175,18 +175,25 @@ class PartitionedModel:
         return out
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
-        """Run end to end: inputs by name (dict) or in order (list); outputs in order."""
+        """Run end to end: inputs by name (dict) or in order (list); outputs in order, the
+        caller's own arrays (a later run changes none of them). The input arrays are only
+        read; a later run reads them again only when passed again."""
         slots = self._execute(self.arrange(inputs))
         return [np.array(slots[i], copy=True) for i in self.plan.outputs]
 
     def _execute(self, arrays: list[np.ndarray],
                  times: dict[str, list[float]] | None = None) -> list[np.ndarray | None]:
-        """Call every region in plan order over slots; `times` collects each call's seconds."""
+        """Call every region in plan order over slots; `times` collects each call's seconds.
+
+        Regions run `run_borrowed`: a value between regions is the producing kernel's own
+        buffer, handed to the consumers by reference, so a boundary moves no data. Each
+        kernel runs once per call, so every slot holds this call's values until the next
+        `_execute`; a caller keeping a slot beyond that must copy it (`run` does)."""
         slots: list[np.ndarray | None] = [None] * self.plan.slot_count
         slots[: len(arrays)] = arrays
         for step in self.plan.steps:
             t0 = time.perf_counter()
-            results = self.kernels[step.callee].run([slots[i] for i in step.args])
+            results = self.kernels[step.callee].run_borrowed([slots[i] for i in step.args])
             if times is not None:
                 times[step.callee].append(time.perf_counter() - t0)
             for i, r in zip(step.results, results, strict=True):

@@ -10,7 +10,7 @@ import pytest
 from conftest import light_model_path
 
 from collage_mlir.backends import iree as iree_backend
-from collage_mlir.backends.base import Backend, BackendKind
+from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, aligned_empty
 from collage_mlir.backends.iree import IreeBackend, op_signature
 from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
 from collage_mlir.backends.openvino import OpenVinoBackend
@@ -215,3 +215,72 @@ def test_iree_joint_compiles_are_bounded_by_the_regions_weights(monkeypatch) -> 
     for kernel in kernels:
         np.testing.assert_allclose(kernel.run([x])[0], x @ np.full((64, 64), 0.5, np.float32),
                                    rtol=1e-4, atol=1e-4)
+
+
+# -- buffer reuse between kernels (run_borrowed) -----------------------------------------
+
+CHAIN = '''g (float[2,64] x) => (float[2,64] y) {
+  a = Relu(x)
+  y = Neg(a)
+}'''
+
+
+@pytest.fixture(scope="module")
+def relu_neg() -> dict[str, tuple]:
+    """Per available backend: a Relu kernel (producer) and a Neg kernel (consumer)."""
+    graph = _graph(CHAIN)
+    relu, neg = sorted(graph.op_nodes(), key=lambda n: n.op_type != "Relu")
+    out = {}
+    for name, cls in BACKENDS.items():
+        if cls.available():
+            backend = cls()
+            out[name] = tuple(backend.compile(SubGraph(graph, 1 << n.index).extract(f"c_{k}"))
+                              for k, n in enumerate((relu, neg)))
+    return out
+
+
+@pytest.mark.parametrize("consumer", sorted(BACKENDS))
+@pytest.mark.parametrize("producer", sorted(BACKENDS))
+def test_a_borrowed_buffer_handed_on_is_read_afresh_on_every_call(
+        relu_neg, producer: str, consumer: str) -> None:
+    """The runtime's hand-off: the producer's own output buffer goes to the consumer by
+    reference. The producer rewrites it in place on its next call, and the consumer (still
+    holding it bound) must compute on the new values, never on a stale copy."""
+    if producer not in relu_neg or consumer not in relu_neg:
+        pytest.skip(f"{producer} or {consumer} unavailable")
+    relu, neg = relu_neg[producer][0], relu_neg[consumer][1]
+    rng = np.random.default_rng(3)
+    kept = []
+    for _ in range(3):
+        x = rng.standard_normal((2, 64)).astype(np.float32)
+        (a,) = relu.run_borrowed([x])
+        np.testing.assert_array_equal(a, np.maximum(x, 0))
+        (y,) = neg.run_borrowed([a])
+        np.testing.assert_array_equal(y, -np.maximum(x, 0))
+        (owned,) = neg.run([a])  # `run`'s outputs belong to the caller ...
+        kept.append((x, owned))
+    for x, owned in kept:  # ... so later calls changed none of them
+        np.testing.assert_array_equal(owned, -np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_run_outputs_share_no_memory_with_inputs_or_kernel_buffers(relu_neg, name: str) -> None:
+    if name not in relu_neg:
+        pytest.skip(f"{name} unavailable")
+    relu = relu_neg[name][0]
+    x = aligned_empty((2, 64), np.float32)  # aligned: IREE imports it without a copy
+    x[...] = np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64)
+    (borrowed,) = relu.run_borrowed([x])
+    (owned,) = relu.run([x])
+    assert not np.shares_memory(owned, x) and not np.shares_memory(owned, borrowed)
+    x[...] = -x  # an in-place update of the same (bound, imported) input array is seen
+    np.testing.assert_array_equal(relu.run([x])[0], np.maximum(x, 0))
+    np.testing.assert_array_equal(relu.run_borrowed([x])[0], np.maximum(x, 0))
+    np.testing.assert_array_equal(owned, np.maximum(-x, 0))  # the earlier result stands
+
+
+def test_aligned_empty_is_aligned_and_shaped() -> None:
+    for shape, dtype in (((3, 5), np.float32), ((0,), np.int64), ((7,), np.bool_)):
+        a = aligned_empty(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        assert a.ctypes.data % ALIGNMENT == 0 or a.size == 0
