@@ -44,6 +44,7 @@ from collage_mlir.cost.cache import (
     Measurement,
     MeasurementCache,
     Transition,
+    open_cache,
 )
 from collage_mlir.cost.client import Item, WorkerClient, WorkerConfig, WorkerError
 from collage_mlir.cost.key import (
@@ -206,7 +207,7 @@ class MeasuringEstimator(CostEstimator):
         if self.skipped and not skip_unusable:
             raise CollageError("; ".join(self.skipped.values()))
         self.reference = self._reference_spec(reference)
-        self.cache = cache if cache is not None else MeasurementCache(cache_path)
+        self.cache = cache if cache is not None else open_cache(cache_path)
         self.timeout_s = timeout_s
         self.settings = settings or MeasureSettings()
         self.batch_size = batch_size

@@ -1,0 +1,188 @@
+"""The measurement cache on PostgreSQL: one database a team shares.
+
+`--cache postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (or `postgres://`; libpq's
+query parameters such as `?sslmode=require` or `?host=/run/postgresql` pass through, and
+`~/.pgpass` / `PGPASSWORD` supply a password the URL leaves out). The driver is psycopg 3
+(`pip install 'collage-mlir[postgres]'`). The tables, the SQL and the schema version are
+`storage.CacheStore`'s, as on SQLite; tables live in the connection's current schema (the
+database's `public` unless the URL sets `?options=-csearch_path%3DNAME`).
+
+Writers take turns through one transaction-level advisory lock (`_LOCK`), as SQLite's
+`BEGIN IMMEDIATE` makes them: a claim's check and insert are atomic across machines, and
+transactions never deadlock on each other's rows. Readers take no lock. Creating or
+migrating the schema happens under the same lock, so two runs opening a new database at
+once do not race on `CREATE TABLE`. PostgreSQL's own history starts at schema 2
+(`MIGRATIONS` holds the steps after it).
+
+Every failure to reach the database (no driver, a malformed URL, a refused connection, a
+wrong password, a missing database, a connection lost mid-run) is one CollageError naming the
+URL with its password masked, and what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
+from collage_mlir.errors import CollageError
+
+CONNECT_TIMEOUT_S = 10
+"""Seconds to wait for the server before giving up (unless the URL says
+`connect_timeout`)."""
+_LOCK = 0x636F6C6C616765  # "collage": the advisory lock every writer of a cache takes
+_TABLES = ("measurements", "transitions", "capabilities", "claims", "meta")
+
+
+def mask_url(url: str) -> str:
+    """`url` with any password replaced by `***` (in the user part and as a parameter)."""
+    url = re.sub(r"^([^:/]+://[^:/@?]*):[^@/?]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    return re.sub(r"^connection failed: ", "", text)
+
+
+def _connect_hint(message: str) -> str:
+    if "password authentication failed" in message or "no password supplied" in message:
+        return "check the user and password in the URL (or ~/.pgpass, PGPASSWORD)"
+    if "does not exist" in message and "database" in message:
+        return "create the database first (createdb) or fix its name in the URL"
+    if "Connection refused" in message or "No such file or directory" in message:
+        return "is the server running and listening there? check the host and port"
+    if "timeout" in message:
+        return "the server did not answer; check the host, port and firewall"
+    if "resolve host" in message or "could not translate host name" in message:
+        return "check the host name (and that the port is a number)"
+    return "check the URL: postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+
+
+class PostgresCache(CacheStore):
+    """Open the cache in the PostgreSQL database at `url`, creating its tables when
+    writable; `readonly` writes nothing (and needs the tables to exist)."""
+
+    MIGRATIONS: dict[int, tuple[str, ...]] = {}
+
+    def __init__(self, url: str, readonly: bool = False) -> None:
+        self.url = url
+        self.location = mask_url(url)
+        self.readonly = readonly
+        try:
+            import psycopg
+        except ImportError:
+            raise CollageError(f"{self.location}: a PostgreSQL cache needs psycopg 3: pip "
+                               "install 'collage-mlir[postgres]'") from None
+        self._psycopg = psycopg
+        self.read_errors = (psycopg.Error, ValueError, TypeError)
+        self._conn = self._connect()
+        try:
+            if readonly:
+                self._conn.execute("SET default_transaction_read_only = on")
+                if self._rows("SELECT to_regclass('measurements')")[0][0] is None:
+                    raise CollageError(f"{self.location}: no cache here yet (run "
+                                       "`collage-mlir measure --cache URL` first)")
+            else:
+                with self._write():
+                    self._bring_schema_up()
+        except psycopg.Error as e:
+            self._conn.close()
+            raise self._failed("cannot set up the cache", e) from None
+        except CollageError:
+            self._conn.close()
+            raise
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            params = conninfo_to_dict(self.url)
+        except psycopg.Error as e:
+            raise CollageError(f"{self.location}: not a PostgreSQL URL ({_first_line(e)}); "
+                               "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+                               ) from None
+        params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        params.setdefault("application_name", "collage-mlir")
+        try:
+            return psycopg.connect(autocommit=True, **params)
+        except psycopg.Error as e:
+            line = _first_line(e)
+            raise CollageError(f"{self.location}: cannot connect to PostgreSQL ({line}); "
+                               f"{_connect_hint(line)}") from None
+
+    def _failed(self, doing: str, e: BaseException) -> CollageError:
+        return CollageError(f"{self.location}: {doing} ({_first_line(e)})")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- statements ----------------------------------------------------------------------
+
+    def _sql(self, sql: str, args: Sequence[Any]) -> str:
+        return sql.replace("%", "%%").replace("?", "%s") if args else sql
+
+    @staticmethod
+    def _clean(args: Sequence[Any]) -> list[Any]:
+        """PostgreSQL TEXT holds no NUL (a crashed worker's output may): U+FFFD instead."""
+        return [a.replace("\x00", "\ufffd") if isinstance(a, str) else a for a in args]
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lost_is_an_error():
+            return self._conn.execute(self._sql(sql, args), self._clean(args) or None).fetchall()
+
+    def _run(self, sql: str, args: Sequence[Any] = ()) -> int:
+        with self._lost_is_an_error():
+            return self._conn.execute(self._sql(sql, args), self._clean(args) or None).rowcount
+
+    def _run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        with self._lost_is_an_error(), self._conn.cursor() as cur:
+            cur.executemany(self._sql(sql, rows[0]), [self._clean(r) for r in rows])
+
+    @contextmanager
+    def _lost_is_an_error(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.OperationalError as e:
+            raise self._failed("lost the connection to PostgreSQL", e) from None
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One transaction holding the cache's advisory lock (released at its end)."""
+        try:
+            with self._lost_is_an_error(), self._conn.transaction():
+                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+                yield
+        except self._psycopg.Error as e:
+            raise self._failed("cannot write the cache", e) from None
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[0] for r in self._rows(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = ?", (table,))}
+
+    def _size_bytes(self) -> int:
+        sizes = self._rows(
+            "SELECT COALESCE(SUM(pg_total_relation_size(t)), 0) FROM "
+            f"(SELECT to_regclass(n) AS t FROM unnest(ARRAY[{', '.join('?' * len(_TABLES))}])"
+            " AS n) AS tables WHERE t IS NOT NULL", _TABLES)
+        return int(sizes[0][0])
+
+    def _read_failed(self, e: BaseException) -> CollageError:
+        if isinstance(e, CollageError):
+            return e
+        return self._failed("cannot read the cache", e)
+
+    def integrity_ok(self) -> bool:
+        """The tables are there and readable and hold the current schema (PostgreSQL keeps
+        its pages sound itself)."""
+        for table in _TABLES:
+            self._rows(f"SELECT COUNT(*) FROM {table}")
+        found = self._rows("SELECT value FROM meta WHERE name = 'schema'")
+        return bool(found) and found[0][0] == str(SCHEMA_VERSION)
