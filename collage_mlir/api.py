@@ -34,7 +34,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
 
     `model`: an .onnx or .mlir path, an `onnx.ModelProto` or an imported `ir.Module`.
     `backends`: backend names (default: every available one). `cache`: the measurement
-    cache file (default: the user's cache). `cost`: "measure" or "table:FILE". A given
+    cache, a file or a `postgresql://` URL (default: the user's cache). `cost`: "measure" or "table:FILE". A given
     `estimator` replaces `cost` and stays open. `verify` (default: on when costs are
     measured) times the pick end to end against the backends that could run the whole
     model for a comparable estimate and keeps the fastest (`collage_mlir.check.verify`);

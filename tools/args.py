@@ -53,8 +53,10 @@ def backend_names(args: argparse.Namespace) -> list[str] | None:
 
 
 def add_cache_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cache", default=None, metavar="PATH",
-                   help="measurement cache file (default: $COLLAGE_CACHE, else "
+    p.add_argument("--cache", default=None, metavar="PATH|URL",
+                   help="measurement cache: an SQLite file, or a PostgreSQL database a team "
+                        "shares, postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (pip install "
+                        "'collage-mlir[postgres]') (default: $COLLAGE_CACHE, else "
                         "~/.cache/collage_mlir/cache.sqlite)")
 
 

@@ -1,9 +1,13 @@
-"""collage-mlir cache stats|list|clear|remeasure [--cache PATH] [--backend NAME] [--noisy]"""
+"""collage-mlir cache stats|list|clear|remeasure|export FILE|import FILE [--cache PATH|URL]
+[--backend NAME] [--noisy]
+
+`--cache` takes a file (SQLite) or a postgresql:// URL; `export` writes the cache's rows as
+JSON lines (`cost/cache_export.py` documents the format), `import` adds such a file's rows
+to the cache (newest row per key wins), so rows move between the two stores either way."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from collage_mlir.errors import CollageError
@@ -19,10 +23,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         positive_int,
     )
 
-    p.add_argument("action", choices=("stats", "list", "clear", "remeasure"),
+    p.add_argument("action", choices=("stats", "list", "clear", "remeasure", "export",
+                                      "import"),
                    help="stats: entries per backend and status; list: every entry; "
                         "clear: delete entries; remeasure --noisy: have the noisy entries "
-                        "measured again by the next run that needs them")
+                        "measured again by the next run that needs them; export FILE: write "
+                        "every row as JSON lines ('-': stdout); import FILE: add the rows of "
+                        "an exported file (a row replaces an older one with its key)")
+    p.add_argument("file", nargs="?", default=None, metavar="FILE",
+                   help="export / import: the JSON-lines file")
     add_cache_argument(p)
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="only this backend (list, clear, remeasure; default: every backend)")
@@ -48,15 +57,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage_mlir.cost.cache import MeasurementCache, default_cache_path
+    from collage_mlir.cost.cache import cache_exists, default_cache_location, open_cache
 
-    path = args.cache or default_cache_path()
-    if args.action != "clear" and not os.path.exists(path):
-        raise CollageError(f"{path}: no cache here yet (run `collage-mlir measure` first)")
+    location = args.cache or default_cache_location()
+    if (args.file is None) != (args.action not in ("export", "import")):
+        raise CollageError(f"cache {args.action}: " + (
+            "say which file (cache export FILE / cache import FILE)" if args.file is None
+            else f"takes no file ({args.file})"))
+    if args.action not in ("clear", "import") and not cache_exists(location):
+        raise CollageError(f"{location}: no cache here yet (run `collage-mlir measure` first)")
     if args.action == "remeasure" and not args.noisy:
         raise CollageError("cache remeasure: say which entries (--noisy)")
-    writes = args.action in ("clear", "remeasure")
-    with MeasurementCache(path, readonly=not writes) as cache:
+    if args.action == "import":
+        text = _read_import(args.file)  # before creating a cache for it
+    elif args.action == "export" and args.file != "-":
+        from collage_mlir.tools.args import check_output_file
+
+        check_output_file(args.file)
+    writes = args.action in ("clear", "remeasure", "import")
+    with open_cache(location, readonly=not writes) as cache:
         if args.action == "stats":
             _stats(cache)
         elif args.action == "list":
@@ -64,12 +83,59 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "remeasure":
             marked = _remeasure_noisy(cache, args.backend, args.max_spread, args.max_load)
             if args.model:
-                _remeasure_model(args, cache.path, marked)
+                _remeasure_model(args, location, marked)
+        elif args.action == "export":
+            _export(cache, args.file)
+        elif args.action == "import":
+            _import(cache, text, args.file)
         else:
             n = cache.clear(args.backend)
             which = f" of {args.backend}" if args.backend else ""
-            sys.stdout.write(f"cleared {n} measurements{which} from {cache.path}\n")
+            sys.stdout.write(f"cleared {n} measurements{which} from {cache.location}\n")
     return 0
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {table}" for table, n in counts.items())
+
+
+def _export(cache, file: str) -> None:
+    from collage_mlir.cost.cache_export import export_cache
+    from collage_mlir.paths import user_path
+
+    if file == "-":
+        export_cache(cache, sys.stdout)
+        return
+    path = user_path(file)
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            counts = export_cache(cache, out)
+    except OSError as e:
+        raise CollageError(f"{path}: cannot write the export ({e.strerror})") from None
+    sys.stdout.write(f"exported {_counts(counts)} from {cache.location} to {path}\n")
+
+
+def _read_import(file: str) -> str:
+    from collage_mlir.paths import user_path
+
+    if file == "-":
+        return sys.stdin.read()
+    path = user_path(file)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CollageError(f"{path}: no such file to import") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CollageError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})"
+                           ) from None
+
+
+def _import(cache, text: str, file: str) -> None:
+    from collage_mlir.cost.cache_export import import_cache
+
+    read, written = import_cache(cache, text.splitlines(), "stdin" if file == "-" else file)
+    sys.stdout.write(f"imported {_counts(written)} into {cache.location} (read "
+                     f"{_counts(read)}; a row older than the one cached is not written)\n")
 
 
 def _stats(cache) -> None:
@@ -111,13 +177,13 @@ def _remeasure_noisy(cache, backend: str | None, max_spread: float,
         (m.spread or 0.0) > max_spread or (m.load or 0.0) > max_load)]
     n = cache.mark_stale(m.key for m in noisy)
     wide = sum((m.spread or 0.0) > max_spread for m in noisy)
-    sys.stdout.write(f"marked {n} noisy measurements in {cache.path} ({wide} with spread > "
+    sys.stdout.write(f"marked {n} noisy measurements in {cache.location} ({wide} with spread > "
                      f"{max_spread:g}, {n - wide} only with load > {max_load:g}): the next "
                      "`measure` or `partition` that needs them measures them again\n")
     return {m.key for m in cache.measurements(backend) if m.stale}
 
 
-def _remeasure_model(args: argparse.Namespace, path, marked: set[str]) -> None:
+def _remeasure_model(args: argparse.Namespace, location, marked: set[str]) -> None:
     """Measure now the marked entries among the model's candidates (as `partition` makes
     them); entries of other models stay marked."""
     from collage_mlir import driver
@@ -131,7 +197,7 @@ def _remeasure_model(args: argparse.Namespace, path, marked: set[str]) -> None:
     config = SubGraphConfig(max_exits=driver.DEFAULT_MAX_EXITS, allow_taps=False,
                             max_depth=args.max_depth)
     candidates = driver.annotate(graph, names, config)
-    with driver.make_estimator("measure", names, path, args.timeout) as est:
+    with driver.make_estimator("measure", names, location, args.timeout) as est:
         again = [c for c in candidates if est.key(c) in marked]
         est.estimate(again)
         s = est.stats

@@ -28,10 +28,10 @@ def hand_off_prices(cost: str | None, cache: str | None, required: bool = True
     if cost != "measure":
         raise CollageError(f"--cost {cost}: expected 'measure' or 'table:FILE'")
     from collage_mlir.backends.registry import get_backend
-    from collage_mlir.cost.cache import MeasurementCache
+    from collage_mlir.cost.cache import cache_exists, open_cache
     from collage_mlir.cost.transition import transition_key
 
-    store = MeasurementCache(cache, readonly=True) if required or _cache_exists(cache) else None
+    store = open_cache(cache, readonly=True) if required or cache_exists(cache) else None
     if store is None:
         return None
     versions: dict[str, str | None] = {}
@@ -52,13 +52,6 @@ def hand_off_prices(cost: str | None, cache: str | None, required: bool = True
         return fitted.cost(nbytes) if fitted is not None else math.nan
 
     return price
-
-
-def _cache_exists(cache: str | None) -> bool:
-    from collage_mlir.cost.cache import default_cache_path
-    from collage_mlir.paths import user_path
-
-    return (user_path(cache) if cache is not None else default_cache_path()).is_file()
 
 
 def consistent(data: dict) -> bool:
