@@ -36,7 +36,7 @@ from collage_mlir.paths import user_path
 from collage_mlir.placement import Placement
 from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.model import PartitionedModel, clone_module
-from collage_mlir.runtime.report import Rejection, ReportRow, summarize_op_types
+from collage_mlir.runtime.report import Rejection, ReportRow, run_notes, summarize_op_types
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.search import search
 from collage_mlir.static_shapes import InputShapes
@@ -319,6 +319,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             probed = probe_final(module, candidates, costs, partitioning, estimator,
                                  verify=verify, timeout_s=options.timeout_s)
         partitioning, alternatives = probed.partitioning, probed.alternatives
+        notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
+                          timings, partitioning)
     finally:
         if owns_estimator:
             estimator.close()
@@ -336,4 +338,4 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     return result.with_record(verdict=verdict, candidates=candidates,
                               backends_considered=names, timings=timings,
-                              rejected=rejected + probed.rejected)
+                              rejected=rejected + probed.rejected, notes=notes)

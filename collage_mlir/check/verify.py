@@ -26,7 +26,7 @@ from collage_mlir.check.compare import Runner, Timing, time_side_by_side, whole_
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import PartitionedModel
-from collage_mlir.runtime.report import Verdict
+from collage_mlir.runtime.report import LostPick, Verdict
 from collage_mlir.search.partitioning import Choice, Partitioning, TransitionCost, evaluate
 from collage_mlir.tensors import model_inputs
 
@@ -86,7 +86,8 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
     before outlining; an alternative whose backend is in `saved` loads the kernel a probe
     saved at that stem). Returns the verdict (None when no alternative could even run)
     and, when an alternative won, that alternative rebased onto `pristine`'s own graph,
-    ready to be outlined and compiled in place of the pick."""
+    ready to be outlined and compiled in place of the pick; the verdict then keeps the
+    pick's regions (`Verdict.lost`) for the report."""
     inputs = model_inputs(pristine)
     runners: dict[str, Runner] = {PICK: pick.run}
     regions = {PICK: len(pick.plan.steps)}
@@ -108,6 +109,7 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
     verdict = fastest(runners, inputs, rounds, regions)
     if verdict.kept == PICK:
         return verdict, None
+    verdict.lost = LostPick(list(pick.report_rows), pick.estimated_cost, pick.partitioning)
     return verdict, _rebased(by_name[verdict.kept], pristine, pick.partitioning)
 
 

@@ -31,10 +31,13 @@ from collage_mlir.importer import parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import (
+    BaselineRow,
     Record,
     Rejection,
     ReportRow,
+    RunNotes,
     Verdict,
+    format_baselines,
     format_rejections,
     format_report,
     op_names,
@@ -101,19 +104,35 @@ class PartitionedModel:
         """Estimated seconds of all hand-offs (saved; None when unknown)."""
         self.op_names: dict[str, list[str]] = {}
         """Region → ONNX node names, as loaded (the saved text has no locations)."""
+        self.baselines: list = []
+        """The greedy baselines (`search.greedy.Baseline`, with their partitionings) of the
+        run that made the model (not saved; their rows are)."""
+        self.baseline_rows: list[BaselineRow] = []
+        self.skipped: dict[str, str] = {}
+        """Backend → why the run left it out as unusable."""
 
     def with_record(self, *, verdict: Verdict | None, candidates: list,
                     backends_considered: list[str], timings: dict[str, float],
-                    rejected: list[Rejection] | None = None) -> PartitionedModel:
+                    rejected: list[Rejection] | None = None,
+                    notes: RunNotes | None = None) -> PartitionedModel:
         """This model (same kernels) with the record of the run that made it: the end-to-end
         check's verdict, the candidates the search saw, the backends it considered, the
-        seconds each phase took and the candidates left out (per backend and reason)."""
+        seconds each phase took, the candidates left out (per backend and reason) and the
+        run's `notes` (greedy baselines, measurement spreads, skipped backends)."""
         out = copy.copy(self)
         out.verdict = verdict
         out.candidates = list(candidates)
         out.backends_considered = list(backends_considered)
         out.timings = dict(timings)
         out.rejected = list(rejected or [])
+        if notes is not None:
+            out.report_rows = [copy.copy(r) for r in self.report_rows]
+            notes.fill_spreads(out.report_rows, self.partitioning)
+            if verdict is not None and verdict.lost is not None:
+                notes.fill_spreads(verdict.lost.rows, verdict.lost.partitioning)
+            out.baselines = list(notes.baselines)
+            out.baseline_rows = [BaselineRow.of(b) for b in notes.baselines]
+            out.skipped = dict(notes.skipped)
         return out
 
     # -- building -----------------------------------------------------------------------
@@ -228,7 +247,8 @@ class PartitionedModel:
         """What the report says besides the module (see `report.Record`)."""
         return Record(self.report_rows, self.estimated_cost, self.transition_cost,
                       self.verdict, self.backends_considered, self.timings, self.rejected,
-                      self.op_names or op_names(self.module))
+                      self.op_names or op_names(self.module), self.baseline_rows,
+                      self.skipped)
 
     def report(self, measured: Mapping[str, float] | None = None, format: str = "text",
                rounds: int | None = None) -> str:
@@ -242,6 +262,11 @@ class PartitionedModel:
         lines = [format_report(self.report_rows, self.estimated_cost, measured)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
+        if self.baseline_rows:
+            lines.append(format_baselines(self.baseline_rows, self.estimated_cost))
+        if self.skipped:
+            lines.append("backends skipped: " + "; ".join(f"{b}: {r}" for b, r in
+                                                         self.skipped.items()))
         if self.rejected:
             lines.append(format_rejections(self.rejected))
         if self.timings:
@@ -451,6 +476,7 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
     model = PartitionedModel(module, kernels, backends, record.rows, record.estimated_cost,
                              verdict=record.verdict)
     model.transition_cost, model.op_names = record.transition_cost, record.op_names
+    model.baseline_rows, model.skipped = record.baselines, record.skipped
     return model.with_record(verdict=record.verdict, candidates=[],
                              backends_considered=record.backends_considered or sorted(backends),
                              timings=record.timings, rejected=record.rejected)

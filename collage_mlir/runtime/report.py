@@ -5,18 +5,22 @@ the verdict of the end-to-end check; as text (`format_report`) and as JSON data
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from iree.compiler import ir
 
-from collage_mlir.candidate import HOST
+from collage_mlir.candidate import HOST, CandidatePartition
+from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, NodeKind
 from collage_mlir.runtime.plan import Plan, Step, build_plan, region_functions
+from collage_mlir.search.greedy import Baseline, greedy_baselines
+from collage_mlir.search.partitioning import Partitioning
 
 
 @dataclass
@@ -28,6 +32,9 @@ class ReportRow:
     estimated_cost: float
     runner_up: str = ""
     runner_up_cost: float | None = None
+    spread: float | None = None
+    """(p90 - p10) / median of the measurement behind `estimated_cost` (None: not measured,
+    or the cost came from a table)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,13 +61,16 @@ def format_report(rows: list[ReportRow], total: float | None = None,
                   measured: Mapping[str, float] | None = None) -> str:
     """One line per region; `measured` (region → seconds) adds a column beside the
     estimate, and its sum beside the estimated total."""
-    header = ("region", "backend", "ops", "op types", "est. ms", "runner-up", "runner-up ms")
+    header = ("region", "backend", "ops", "op types", "est. ms", "spread", "runner-up",
+              "runner-up ms")
     table = [header] + [(r.region, r.backend, str(r.ops), r.op_types, _ms(r.estimated_cost),
-                         r.runner_up or "-", _ms(r.runner_up_cost)) for r in rows]
+                         _spread(r.spread), r.runner_up or "-", _ms(r.runner_up_cost))
+                        for r in rows]
     if measured is not None:
-        table = [row[:5] + (col,) + row[5:] for row, col in
-                 zip(table, ["measured ms"] + [_ms(measured.get(r.region)) for r in rows],
-                     strict=True)]
+        table = [row[:6] + cols + row[6:] for row, cols in
+                 zip(table, [("measured ms", "err")] + [
+                     (_ms(measured.get(r.region)), _rel(r.estimated_cost, measured.get(r.region)))
+                     for r in rows], strict=True)]
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in table]
@@ -69,7 +79,40 @@ def format_report(rows: list[ReportRow], total: float | None = None,
         lines.append(f"estimated total: {_ms(total)} ms over {len(rows)} regions")
     if measured is not None:
         lines.append(f"measured sum of region calls: {_ms(sum(measured.values()))} ms")
+        lines.append(additive_error_line([r.estimated_cost for r in rows],
+                                         [measured.get(r.region) for r in rows], total,
+                                         sum(measured.values())))
     return "\n".join(lines)
+
+
+def _spread(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _rel(estimate: float | None, measured: float | None) -> str:
+    """(estimate - measured) / measured as a signed percentage ("-" when either is missing)."""
+    if estimate is None or measured is None or measured <= 0 or not math.isfinite(estimate):
+        return "-"
+    return f"{(estimate - measured) / measured:+.0%}"
+
+
+def additive_error_line(estimates: Sequence[float | None], measured: Sequence[float | None],
+                        total: float | None, measured_total: float,
+                        chain: float | None = None) -> str:
+    """The additive cost model against measured calls, in one line: the median |error| of
+    the regions (estimate vs median call inside whole runs) and the error of the total
+    (against the sum of the calls, and against the whole chain's median run when given)."""
+    errors = [abs(e - m) / m for e, m in zip(estimates, measured, strict=True)
+              if e is not None and m is not None and m > 0 and math.isfinite(e)]
+    parts = [f"additive error: regions median |err| "
+             f"{statistics.median(errors):.0%} over {len(errors)}" if errors else
+             "additive error: no region measured"]
+    if total is not None and measured_total > 0:
+        parts.append(f"total {_ms(total)} ms estimated vs {_ms(measured_total)} ms of calls "
+                     f"({_rel(total, measured_total)})")
+    if total is not None and chain:
+        parts.append(f"vs {_ms(chain)} ms whole chain ({_rel(total, chain)})")
+    return "; ".join(parts)
 
 
 @dataclass
@@ -109,18 +152,106 @@ def format_rejections(groups: list[Rejection], op_types: int = 4, width: int = 1
 
 
 @dataclass
+class LostPick:
+    """The search's pick that the end-to-end check replaced: its regions as the report
+    showed them and its estimated total (its measured time is the verdict's "pick")."""
+
+    rows: list[ReportRow]
+    estimated_cost: float | None = None
+    partitioning: Partitioning | None = field(default=None, repr=False, compare=False)
+    """The pick itself, while the run that made it lasts (not saved)."""
+
+    def to_json(self) -> dict:
+        return {"rows": [r.to_json() for r in self.rows], "estimated_cost": self.estimated_cost}
+
+    @staticmethod
+    def from_json(d: Mapping) -> LostPick:
+        rows = [ReportRow.from_json(r) for r in d["rows"]]
+        for r in rows:
+            _seconds(r.estimated_cost, "verdict.lost.rows.estimated_cost")
+        return LostPick(rows, _seconds(d.get("estimated_cost"), "verdict.lost.estimated_cost"))
+
+
+@dataclass
 class Verdict:
-    """What the end-to-end check timed (median seconds per contender) and what it kept."""
+    """What the end-to-end check timed (median seconds per contender) and what it kept;
+    `lost`: the pick's regions when another contender replaced it (None when kept)."""
 
     kept: str
     timings: dict[str, float] = field(default_factory=dict)
+    lost: LostPick | None = None
 
     def summary(self) -> str:
         cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
-        return f"end-to-end check: {cells}; kept {self.kept}"
+        text = f"end-to-end check: {cells}; kept {self.kept}"
+        if self.lost is not None:
+            backends = sorted({r.backend for r in self.lost.rows})
+            text += (f" (the pick's {len(self.lost.rows)} region(s) on {', '.join(backends)}, "
+                     f"estimated {_ms(self.lost.estimated_cost)} ms, were replaced)")
+        return text
 
     def to_json(self) -> dict:
-        return {"kept": self.kept, "timings": self.timings}
+        out = {"kept": self.kept, "timings": self.timings}
+        if self.lost is not None:
+            out["lost"] = self.lost.to_json()
+        return out
+
+    @staticmethod
+    def from_json(d: Mapping) -> Verdict:
+        lost = d.get("lost")
+        return Verdict(d["kept"], dict(d.get("timings") or {}),
+                       LostPick.from_json(lost) if lost else None)
+
+
+@dataclass
+class BaselineRow:
+    """One greedy baseline (`search/greedy.py`) as the report keeps it: its claim order
+    (the fallback last), estimated total and hand-offs (None: unknown, or it cannot run),
+    regions, ops per backend, and why it has no estimate."""
+
+    name: str
+    order: list[str]
+    estimated_cost: float | None
+    transition_cost: float | None
+    regions: int
+    ops: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @staticmethod
+    def of(b: Baseline) -> BaselineRow:
+        p = b.partitioning
+        ops: dict[str, int] = {}
+        for c in p.choices if p is not None else ():
+            ops[c.candidate.backend] = ops.get(c.candidate.backend, 0) + len(c.candidate.sub_graph)
+        return BaselineRow(b.name, list(b.order), _finite(b.cost),
+                           _finite(p.transition_cost) if p is not None else None,
+                           len(p.choices) if p is not None else 0, ops, b.reason)
+
+    @staticmethod
+    def from_json(d: Mapping) -> BaselineRow:
+        row = BaselineRow(**d)
+        _seconds(row.estimated_cost, "baselines.estimated_cost")
+        _seconds(row.transition_cost, "baselines.transition_cost")
+        return row
+
+
+def format_baselines(rows: Sequence[BaselineRow], estimated: float | None) -> str:
+    """"greedy baselines (estimated):" and one line per baseline, with the estimated
+    apparent loss (Collage's estimate minus the best baseline's; negative: Collage wins)."""
+    if not rows:
+        return ""
+    lines = ["greedy baselines (estimated; the fallback takes what the others leave):"]
+    for r in rows:
+        ops = ", ".join(f"{b} {n} ops" for b, n in r.ops.items())
+        cost = f"{_ms(r.estimated_cost)} ms" if r.estimated_cost is not None else "no estimate"
+        lines.append(f"  {r.name}: {cost}, {r.regions} region(s) ({ops})"
+                     + (f"; {r.reason}" if r.reason else ""))
+    finite = [r for r in rows if r.estimated_cost is not None]
+    if finite and estimated is not None:
+        b = min(finite, key=lambda r: r.estimated_cost)
+        lines.append(f"  apparent loss (estimated): {_ms(estimated - b.estimated_cost)} ms "
+                     f"against {b.name}")
+    return "\n".join(lines)
 
 
 
@@ -148,6 +279,9 @@ class Record:
     op_names: dict[str, list[str]] = field(default_factory=dict)
     """Region → the ONNX node name of each of its ops in dataflow order: the saved module
     text drops the locations that hold them (`op_names`)."""
+    baselines: list[BaselineRow] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Backend → why it was unusable and left out of the run."""
 
     def to_manifest(self) -> dict:
         """The manifest keys that hold this record (those `load` has always read included)."""
@@ -157,7 +291,9 @@ class Record:
                 "backends_considered": list(self.backends_considered),
                 "timings": dict(self.timings),
                 "rejected": [asdict(g) for g in self.rejected],
-                "op_names": dict(self.op_names)}
+                "op_names": dict(self.op_names),
+                "baselines": [asdict(b) for b in self.baselines],
+                "skipped": dict(self.skipped)}
 
     @staticmethod
     def from_manifest(manifest: Mapping) -> Record:
@@ -172,13 +308,99 @@ class Record:
                       estimated_cost=_seconds(manifest.get("estimated_cost"), "estimated_cost"),
                       transition_cost=_seconds(manifest.get("transition_cost"),
                                                "transition_cost"),
-                      verdict=Verdict(**verdict) if verdict else None,
+                      verdict=Verdict.from_json(verdict) if verdict else None,
                       backends_considered=list(manifest.get("backends_considered") or []),
                       timings={k: _seconds(v, "timings") for k, v in
                                dict(manifest.get("timings") or {}).items()},
                       rejected=[Rejection(**g) for g in manifest.get("rejected") or []],
                       op_names={k: list(v) for k, v in
-                                (manifest.get("op_names") or {}).items()})
+                                (manifest.get("op_names") or {}).items()},
+                      baselines=[BaselineRow.from_json(b)
+                                 for b in manifest.get("baselines") or []],
+                      skipped={str(k): str(v) for k, v in
+                               (manifest.get("skipped") or {}).items()})
+
+
+@dataclass
+class RunNotes:
+    """What the run knows that the search's pick does not say: the greedy baselines (with
+    their partitionings, so they can be built and timed), the spread of each measured
+    candidate ((backend, nodes) → spread) and the backends skipped as unusable."""
+
+    baselines: list[Baseline] = field(default_factory=list)
+    spreads: dict[tuple[str, int], float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def fill_spreads(self, rows: Sequence[ReportRow], pick: Partitioning | None) -> None:
+        """Set each row's spread from the candidate of its region (rows in `pick`'s order)."""
+        if pick is None or len(pick.choices) != len(rows):
+            return
+        for row, choice in zip(rows, pick.choices, strict=True):
+            row.spread = self.spreads.get((choice.candidate.backend, choice.candidate.inside))
+
+
+def run_notes(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+              costs: Sequence[float], estimator: CostEstimator,
+              requested: Sequence[str] | None, usable: Sequence[str],
+              timings: dict[str, float] | None = None, pick: Partitioning | None = None
+              ) -> RunNotes:
+    """The notes of a run, while its estimator is open: the greedy baselines over `usable`
+    (regions no candidate covers are estimated, i.e. measured once and cached), the
+    spreads of the measured candidates and of `pick`'s regions, and why each of `requested`
+    (every registered backend when None) that is not `usable` was skipped. Adds the seconds
+    it took to `timings["baselines"]`."""
+    import time
+
+    t0 = time.perf_counter()
+    baselines = greedy_baselines(graph, candidates, costs, estimator.transition_cost,
+                                 list(usable), estimate=estimator.estimate,
+                                 reason=estimator.reason)
+    extra = [c.candidate for b in baselines if b.partitioning is not None
+             for c in b.partitioning.choices] + (pick.candidates if pick is not None else [])
+    notes = RunNotes(baselines, measured_spreads(estimator, [*candidates, *extra]),
+                     skipped_backends(requested, usable))
+    if timings is not None:
+        timings["baselines"] = timings.get("baselines", 0.0) + time.perf_counter() - t0
+    return notes
+
+
+def measured_spreads(estimator: CostEstimator, candidates: Sequence[CandidatePartition]
+                     ) -> dict[tuple[str, int], float]:
+    """(backend, nodes) → the spread of its cached measurement, for a measuring estimator
+    (a table's costs have none: {})."""
+    from collage_mlir.cost.records import OK
+    from collage_mlir.cost.measure import MeasuringEstimator
+
+    if not isinstance(estimator, MeasuringEstimator):
+        return {}
+    by_key: dict[str, list[tuple[str, int]]] = {}
+    for c in candidates:
+        try:
+            key = estimator.key(c)
+        except Exception:  # a region that cannot be extracted has no measurement
+            continue
+        if key is not None:
+            by_key.setdefault(key, []).append((c.backend, c.inside))
+    out = {}
+    for key, m in estimator.cache.get_many(list(by_key)).items():
+        if m.status == OK and m.spread is not None:
+            out.update(dict.fromkeys(by_key[key], m.spread))
+    return out
+
+
+def skipped_backends(requested: Sequence[str] | None, usable: Sequence[str]) -> dict[str, str]:
+    """Backend → why it is unusable here, for each of `requested` (every registered one when
+    None) that is not in `usable`."""
+    from collage_mlir.backends.registry import registered_backends
+
+    known = registered_backends()
+    names = known if requested is None else requested
+    out = {}
+    for name in names:
+        if name in usable or name not in known:
+            continue
+        out[name] = known[name].unavailable_reason() or "not usable"
+    return out
 
 
 def _seconds(x: object, key: str) -> float | None:
@@ -243,10 +465,13 @@ def report_data(module: ir.Module, record: Record,
         _price(handoffs, regions, transition)
     data = {"schema_version": SCHEMA_VERSION, "model": _model_io(plan, slots),
             "backends": {"considered": list(record.backends_considered),
-                         "used": sorted({s.backend for s in plan.steps})},
+                         "used": sorted({s.backend for s in plan.steps}),
+                         "skipped": [{"backend": b, "reason": r}
+                                     for b, r in record.skipped.items()]},
             "totals": _totals(regions, record), "regions": regions, "handoffs": handoffs,
             "verdict": _verdict(record.verdict), "phases_s": dict(record.timings),
-            "left_out": [asdict(g) for g in record.rejected], "profile": None}
+            "left_out": [asdict(g) for g in record.rejected], "profile": None,
+            "baselines": _baselines(record)}
     if measured is not None:
         data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds)
     return data
@@ -347,7 +572,8 @@ def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
                + "; the search's pick lost and was replaced")
     return {"name": step.callee, "index": k, "backend": step.backend,
             "op_types": summarize_op_types([o["type"] for o in ops]),
-            "estimated_s": _finite(estimate), "runner_up": runner_up, "won_by": won_by,
+            "estimated_s": _finite(estimate), "spread": row.spread if row else None,
+            "runner_up": runner_up, "won_by": won_by,
             "why": why, "handoffs_in_s": None, "measured_s": None, "error_s": None,
             "error_rel": None, "ops": ops}
 
@@ -391,8 +617,28 @@ def _totals(regions: list[dict], record: Record) -> dict:
 def _verdict(verdict: Verdict | None) -> dict | None:
     if verdict is None:
         return None
+    lost = None
+    if verdict.lost is not None:
+        lost = {"estimated_s": _finite(verdict.lost.estimated_cost),
+                "regions": [{"name": r.region, "backend": r.backend, "ops": r.ops,
+                             "op_types": r.op_types, "estimated_s": _finite(r.estimated_cost),
+                             "spread": r.spread} for r in verdict.lost.rows]}
     return {"kept": verdict.kept, "pick_kept": verdict.kept == "pick",
-            "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()]}
+            "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()],
+            "lost_pick": lost}
+
+
+def _baselines(record: Record) -> dict:
+    """The greedy baselines and the estimated apparent loss against the best of them."""
+    rows = [{"name": b.name, "order": list(b.order), "estimated_s": b.estimated_cost,
+             "handoffs_s": b.transition_cost, "regions": b.regions, "ops": dict(b.ops),
+             "reason": b.reason} for b in record.baselines]
+    finite = [r for r in rows if r["estimated_s"] is not None]
+    best = min(finite, key=lambda r: r["estimated_s"]) if finite else None
+    loss = (record.estimated_cost - best["estimated_s"]
+            if best is not None and record.estimated_cost is not None else None)
+    return {"items": rows, "best": best["name"] if best else None,
+            "apparent_loss_estimated_s": _finite(loss)}
 
 
 def _profile(regions: list[dict], measured: Mapping[str, float], estimated: float | None,
@@ -409,6 +655,7 @@ def _profile(regions: list[dict], measured: Mapping[str, float], estimated: floa
             r["error_rel"] = r["error_s"] / got if got > 0 else None
     total = math.fsum(measured.values())
     error = None if estimated is None else estimated - total
+    rel = [abs(r["error_rel"]) for r in regions if r["error_rel"] is not None]
     return {"rounds": rounds, "measured_total_s": total, "estimated_total_s": estimated,
             "error_s": error, "error_rel": error / total if error is not None and total > 0
-            else None}
+            else None, "region_error_median_abs_rel": statistics.median(rel) if rel else None}

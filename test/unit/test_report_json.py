@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 
 import pytest
 from explain_model import BACKENDS, COSTS, SvgPage, mixed_model, need_dot
@@ -18,8 +19,11 @@ from collage_mlir.runtime.model import describe
 from collage_mlir.runtime.report import (
     SCHEMA_PATH,
     SCHEMA_VERSION,
+    BaselineRow,
+    LostPick,
     Record,
     Rejection,
+    ReportRow,
     Verdict,
     _why,
     report_data,
@@ -59,7 +63,7 @@ def test_report_matches_schema_and_partition(mixed, schema):
     rows = {r.region: r for r in model.report_rows}
     for region in data["regions"]:
         assert region["estimated_s"] == rows[region["name"]].estimated_cost
-        assert region["runner_up"]["backend"] == rows[region["name"]].runner_up
+        assert (region["runner_up"] or {}).get("backend", "") == rows[region["name"]].runner_up
         assert {op["region"] for op in region["ops"]} == {region["name"]}
         assert len(region["ops"]) == rows[region["name"]].ops
 
@@ -134,7 +138,26 @@ def test_profile_adds_measured_times_and_errors(mixed, schema):
     assert first["measured_s"] == 0.5
     assert first["error_s"] == pytest.approx(first["estimated_s"] - 0.5)
     assert first["error_rel"] == pytest.approx((first["estimated_s"] - 0.5) / 0.5)
+    assert profile["region_error_median_abs_rel"] == pytest.approx(
+        statistics.median(abs(r["error_rel"]) for r in data["regions"]))
     assert json.loads(model.report(format="json"))["profile"] is None
+    text = model.report(measured)
+    assert "additive error: regions median |err|" in text
+    assert f"over {len(measured)}; total" in text
+
+
+def test_the_run_records_its_greedy_baselines(mixed, schema):
+    model, saved = mixed
+    data = json.loads(model.report(format="json"))
+    items = {b["name"]: b for b in data["baselines"]["items"]}
+    assert set(items) == {f"partition_for_{b}" for b in BACKENDS}
+    for b in BACKENDS:  # each backend here runs every op: its baseline is its whole model
+        assert items[f"partition_for_{b}"]["ops"] == {b: data["totals"]["ops"]}
+        assert items[f"partition_for_{b}"]["estimated_s"] >= model.estimated_cost
+    assert data["baselines"]["apparent_loss_estimated_s"] <= 0
+    assert "greedy baselines (estimated" in model.report()
+    assert json.loads(json.dumps(report_data(*describe(saved))["baselines"])) == \
+        data["baselines"]
 
 
 def test_saved_model_keeps_what_the_report_needs(mixed):
@@ -151,15 +174,41 @@ def test_saved_model_keeps_what_the_report_needs(mixed):
 def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     model, _ = mixed
     record = model.record()
-    record.verdict = Verdict("openvino whole", {"pick": 2e-3, "openvino whole": 1.5e-3})
+    lost = [ReportRow("f_onnxruntime_0", "onnxruntime", 3, "Conv, Relu x2", 1e-3, spread=0.125),
+            ReportRow("f_openvino_1", "openvino", 2, "LRN x2", 0.5e-3)]
+    record.verdict = Verdict("openvino whole", {"pick": 2e-3, "openvino whole": 1.5e-3},
+                             LostPick(lost, 1.75e-3))
     record.rejected = [Rejection("openvino", "compile error: LRN", 3, ["LRN", "Relu"])]
     record.timings = {"measure": 1.25}
+    record.skipped = {"iree": "iree.runtime is not installed"}
+    record.baselines = [BaselineRow("partition_for_openvino", ["openvino", "onnxruntime"], 2e-3,
+                                    1e-4, 2, {"openvino": 20, "onnxruntime": 4}),
+                        BaselineRow("partition_for_iree", ["iree", "onnxruntime"], None, None,
+                                    0, {}, "no backend of iree supports LRN node 3")]
     again = Record.from_manifest(json.loads(json.dumps(record.to_manifest())))
     assert again == record
     data = report_data(model.module, again)
     jsonschema.validate(data, schema)
     assert data["verdict"] == {"kept": "openvino whole", "pick_kept": False, "contenders": [
-        {"name": "pick", "median_s": 2e-3}, {"name": "openvino whole", "median_s": 1.5e-3}]}
+        {"name": "pick", "median_s": 2e-3}, {"name": "openvino whole", "median_s": 1.5e-3}],
+        "lost_pick": {"estimated_s": 1.75e-3, "regions": [
+            {"name": "f_onnxruntime_0", "backend": "onnxruntime", "ops": 3,
+             "op_types": "Conv, Relu x2", "estimated_s": 1e-3, "spread": 0.125},
+            {"name": "f_openvino_1", "backend": "openvino", "ops": 2, "op_types": "LRN x2",
+             "estimated_s": 0.5e-3, "spread": None}]}}
+    assert data["backends"]["skipped"] == [{"backend": "iree",
+                                            "reason": "iree.runtime is not installed"}]
+    baselines = data["baselines"]
+    assert [b["name"] for b in baselines["items"]] == ["partition_for_openvino",
+                                                       "partition_for_iree"]
+    assert baselines["best"] == "partition_for_openvino"
+    assert baselines["apparent_loss_estimated_s"] == pytest.approx(
+        model.estimated_cost - 2e-3)
+    assert baselines["items"][1]["estimated_s"] is None
+    text = describe_text(model, again)
+    assert "the pick's 2 region(s) on onnxruntime, openvino, estimated 1.750 ms" in text
+    assert "partition_for_iree: no estimate, 0 region(s) ()" in text
+    assert "backends skipped: iree: iree.runtime is not installed" in text
     assert data["left_out"] == [{"backend": "openvino", "reason": "compile error: LRN",
                                  "count": 3, "op_types": ["LRN", "Relu"]}]
     assert data["phases_s"] == {"measure": 1.25}
@@ -167,9 +216,23 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     assert "pick 2.000 ms" in data["regions"][0]["why"]
 
 
+def describe_text(model, record: Record) -> str:
+    """The text report of `model` with `record` in place of its own."""
+    shown = model.with_record(verdict=record.verdict, candidates=[],
+                              backends_considered=record.backends_considered,
+                              timings=record.timings, rejected=record.rejected)
+    shown.baseline_rows, shown.skipped = record.baselines, record.skipped
+    return shown.report()
+
+
 @pytest.mark.parametrize("key, value", [("transition_cost", "x"), ("timings", {"a": "b"}),
                                         ("op_names", "x"), ("rejected", [1]),
-                                        ("report", [{"region": 1}])])
+                                        ("report", [{"region": 1}]),
+                                        ("baselines", [{"name": "x"}]),
+                                        ("baselines", [{"name": "x", "order": [],
+                                                        "estimated_cost": "1", "regions": 0,
+                                                        "transition_cost": None}]),
+                                        ("verdict", {"kept": "pick", "lost": {"rows": 1}})])
 def test_a_malformed_record_is_one_line(mixed, tmp_path, key, value):
     _, saved = mixed
     damaged = tmp_path / "m"
