@@ -1,26 +1,37 @@
-"""The cache key and the SQLite cache: key stability, round-trip, concurrent writers."""
+"""The cache key and the cache's contract, on both stores (an SQLite file and a real
+PostgreSQL server, `pg_server.py`; the PostgreSQL cases skip with the reason where no server
+can be had): round-trip, upserts, claims, stale marks, clear, stats, concurrent writers,
+export / import."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import onnx
 import onnx.parser
 import pytest
+from pg_server import pg_server
 
 from collage_mlir.cost.cache import (
     INVALID,
     OK,
+    Claimant,
     Measurement,
     MeasurementCache,
     Transition,
     default_cache_path,
+    open_cache,
 )
 from collage_mlir.cost.key import host_fingerprint, measurement_key, region_key
+from collage_mlir.cost.records import MEASUREMENT_COLUMNS, TRANSITION_COLUMNS
 from collage_mlir.dialects.func import find_function
 from collage_mlir.export.resources import SMALL_CONSTANT_BYTES, parse_resources
 from collage_mlir.graph import DataflowGraph, SubGraph
@@ -211,13 +222,24 @@ def _row(key: str, status: str = OK, median: float | None = 1e-3, backend: str =
                        error="" if status == OK else "boom")
 
 
-def test_round_trip(tmp_path):
-    path = tmp_path / "c.sqlite"
-    with MeasurementCache(path) as c:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request, tmp_path) -> str:
+    """Where a new, empty cache goes: a file, or a fresh database on the session's
+    PostgreSQL server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "c.sqlite")
+    server = pg_server()
+    if isinstance(server, str):
+        pytest.skip(server)
+    return server.new_database()
+
+
+def test_round_trip(location):
+    with open_cache(location) as c:
         c.put(_row("a"))
         c.put(_row("b", INVALID, None))
         c.put_transition(Transition("t", "x", "y", "h", OK, 1e-5, 2e-10, [(1024, 1.2e-5)]))
-    with MeasurementCache(path) as c:  # a second open sees everything
+    with open_cache(location) as c:  # a second open sees everything
         a, b = c.get("a"), c.get("b")
         assert a == _row("a").__class__(**{**a.__dict__})
         assert (a.status, a.median, a.runs, a.signature) == (OK, 1e-3, 10, "Relu a")
@@ -229,52 +251,268 @@ def test_round_trip(tmp_path):
         stats = c.stats()
         assert stats["backends"]["b"] == {"ok": 1, "invalid": 1, "error": 0, "timeout": 0}
         assert stats["transitions"] == 1 and stats["bytes"] > 0
+        assert c.integrity_ok()
         assert c.clear() == 2
         assert c.stats()["entries"] == 0 and c.get_transition("t") is None
 
 
-def test_replace_keeps_one_row_and_clear_one_backend(tmp_path):
-    with MeasurementCache(tmp_path / "c.sqlite") as c:
+def test_every_value_reads_back_as_written(location):
+    """Floats keep every bit (PostgreSQL's REAL would not: the schema says DOUBLE
+    PRECISION), None stays None, `stale` is a bool, a NUL in a crash's output is kept
+    readable."""
+    row = Measurement("k", "r", "b", "v", "o", "h", "sig", "timeout", 1 / 3, 2 / 3, 0.1, 7,
+                      "died\x00here", 1795400000.123456, 2.5, 3, 0.25, True)
+    with open_cache(location) as c:
+        c.put(row)
+        got = c.get("k")
+    assert got.error in ("died\x00here", "died\ufffdhere")
+    assert got == Measurement(**{**row.__dict__, "error": got.error})
+    assert type(got.stale) is bool and type(got.runs) is int
+
+
+def test_replace_keeps_one_row_and_clear_one_backend(location):
+    with open_cache(location) as c:
         c.put(_row("k", median=1.0))
         c.put(_row("k", median=2.0))
         c.put(_row("other", backend="keep"))
+        c.put_transition(Transition("t", "b", "keep", "h", OK, 1e-5, 2e-10, []))
+        c.put_transition(Transition("u", "keep", "keep", "h", OK, 1e-5, 2e-10, []))
+        c.put_capability("cb", "b", 0b101)
+        c.put_capability("ck", "keep", 0b11)
         assert c.get("k").median == 2.0
         assert len(c.get_many(["k", "k", "other"])) == 2
         assert c.clear("b") == 1
         assert c.get("other") is not None
+        assert [t.key for t in c.transitions()] == ["u"]  # every hand-off to or from b went
+        assert (c.get_capability("cb"), c.get_capability("ck")) == (None, 0b11)
+
+
+def test_many_keys_in_one_call(location):
+    """More keys than one statement binds (SQLite: 500 per chunk)."""
+    rows = [_row(f"k{i:04d}", median=float(i)) for i in range(1203)]
+    with open_cache(location) as c:
+        c.put_many(rows)
+        got = c.get_many([r.key for r in rows] + ["absent"])
+        assert len(got) == 1203 and got["k1202"].median == 1202.0
+        assert c.mark_stale([r.key for r in rows[::2]]) == 602
+        assert sum(m.stale for m in c.measurements()) == 602
+        assert [m.key for m in c.measurements()][:2] == ["k0000", "k0001"]
+
+
+def test_stale_marks_only_ok_rows_and_a_new_row_clears_it(location):
+    with open_cache(location) as c:
+        c.put_many([_row("ok1"), _row("bad", INVALID, None)])
+        assert c.mark_stale(["ok1", "bad", "missing"]) == 1
+        assert c.get("ok1").stale and not c.get("bad").stale
+        c.put(_row("ok1"))  # measured again
+        assert not c.get("ok1").stale
+
+
+def test_capabilities_round_trip(location):
+    with open_cache(location) as c:
+        big = (1 << 200) | 1  # one bit per op: wider than any integer column
+        c.put_capability("f", "ov", big)
+        c.put_capability("f", "ov", big | 2)
+        assert c.get_capability("f") == big | 2 and c.get_capability("g") is None
+        assert [cap[:3] for cap in c.capabilities()] == [("f", "ov", format(big | 2, "x"))]
+
+
+def test_claims(location):
+    """A key is claimed once; another live claimant's claim stands, a dead or silent one's
+    is taken over; a row written since `fresh_since` is not claimed; a row ends its claim;
+    release ends only one's own."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = Claimant.here()
+    other = Claimant("other", os.getpid(), here.host, here.boot)  # alive: this process
+    gone = Claimant("gone", dead.pid, here.host, here.boot)
+    remote = Claimant("remote", dead.pid, "elsewhere", "")
+    with open_cache(location) as c:
+        assert c.claim(["a", "b", "a"], here, 600, 0.0) == ["a", "b"]
+        assert c.claim(["a", "b", "c"], other, 600, 0.0) == ["c"]
+        assert c.claim(["a"], here, 600, 0.0) == ["a"]  # one's own again
+        c.put(_row("b"))  # measured: the claim ends with the row
+        assert [k for k, _, _ in c.claims()] == ["a", "c"]
+        assert c.claim(["b"], other, 600, 0.0) == []  # its row is fresh
+        assert c.claim(["b"], other, 600, time.time() + 60) == ["b"]  # older than the run
+        c.release(["a", "c"], other)  # a is not other's: it stays
+        assert [(k, who) for k, who, _ in c.claims()] == [("a", here.token), ("b", "other")]
+        c.release(["a", "b"], here)
+        assert [(k, who) for k, who, _ in c.claims()] == [("b", "other")]
+        assert c.claim(["d"], gone, 600, 0.0) == ["d"]
+        assert c.claim(["d"], here, 600, 0.0) == ["d"]  # its process ended
+        assert c.claim(["e"], remote, 600, 0.0) == ["e"]
+        assert c.claim(["e"], here, 600, 0.0) == []  # another host's: its beat stands
+        c.beat(remote)
+        assert c.claim(["e"], here, -1.0, 0.0) == ["e"]  # not beaten for too long
+        assert {k: pid for k, _, pid in c.claims()} == {"b": os.getpid(), "d": os.getpid(),
+                                                       "e": os.getpid()}
+
+
+def test_same_schema_and_version_on_both_stores(location):
+    from collage_mlir.cost.storage import SCHEMA_VERSION
+
+    with open_cache(location) as c:
+        assert c._rows("SELECT value FROM meta WHERE name = 'schema'") == [
+            (str(SCHEMA_VERSION),)]
+        for table, columns in (("measurements", MEASUREMENT_COLUMNS),
+                               ("transitions", TRANSITION_COLUMNS),
+                               ("capabilities", ("key", "backend", "bits", "created")),
+                               ("claims", ("key", "owner", "host", "boot", "pid", "beat"))):
+            assert c._columns(table) == set(columns)
+
+
+def test_a_cache_of_a_newer_schema_is_refused_for_writing(location):
+    from collage_mlir.errors import CollageError
+
+    with open_cache(location) as c:
+        c.put(_row("a"))
+        with c._write():
+            c._run("UPDATE meta SET value = '3' WHERE name = 'schema'")
+    with pytest.raises(CollageError, match="newer collage-mlir.*schema 3"):
+        open_cache(location)
+    with open_cache(location, readonly=True) as c:  # reading still works
+        assert c.get("a").status == OK
+
+
+def test_readonly_writes_nothing_and_needs_a_cache(location):
+    from collage_mlir.errors import CollageError
+
+    with pytest.raises(CollageError, match="no cache here"):
+        open_cache(location, readonly=True)
+    with open_cache(location) as c:
+        c.put(_row("a"))
+    with open_cache(location, readonly=True) as c:
+        assert c.get("a") is not None
+        with pytest.raises((CollageError, sqlite3.OperationalError)):
+            c.put(_row("b"))
 
 
 def test_default_path_follows_environment(monkeypatch, tmp_path):
+    from collage_mlir.cost.cache import default_cache_location
+
     monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path / "x.sqlite"))
     assert default_cache_path() == tmp_path / "x.sqlite"
+    monkeypatch.setenv("COLLAGE_CACHE", "postgresql://u@h/db")
+    assert default_cache_location() == "postgresql://u@h/db"
     monkeypatch.delenv("COLLAGE_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_cache_path() == tmp_path / "collage_mlir" / "cache.sqlite"
+    assert default_cache_location() == default_cache_path()
+
+
+def test_a_location_is_a_path_or_a_postgresql_url():
+    from collage_mlir.cost.cache import is_cache_url
+    from collage_mlir.errors import CollageError
+
+    assert is_cache_url("postgresql://u@h/db") and is_cache_url("POSTGRES://u@h/db")
+    assert not is_cache_url("dir/c.sqlite") and not is_cache_url(None)
+    with pytest.raises(CollageError, match="mysql://…: not a cache location"):
+        is_cache_url("mysql://u:pw@h/db")  # the password is not echoed either
+    with pytest.raises(CollageError, match="a URL, not a file"):
+        MeasurementCache("postgresql://u@h/db")
 
 
 WRITER = """
 import sys
-from collage_mlir.cost.cache import MeasurementCache, Measurement
-cache = MeasurementCache(sys.argv[1])
+from collage_mlir.cost.cache import open_cache, Measurement
+cache = open_cache(sys.argv[1])
 who = sys.argv[2]
 for i in range(300):
     key = f"k{i % 200}" if i % 2 else f"{who}{i}"
-    cache.put(Measurement(key, "r", who, "v", "o", "h", "sig", "ok", float(i), float(i), 0.0, 1))
+    cache.put(Measurement(key, f"r-{who}-{i}", who, "v", "o", "h", "sig", "ok", float(i),
+                          float(i), 0.0, i))
+print(i + 1)
 """
+WRITERS = "ABCD"
 
 
-def test_two_writers_lose_nothing(tmp_path):
-    path = str(tmp_path / "c.sqlite")
-    MeasurementCache(path).close()
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, path, who]) for who in "AB"]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    with MeasurementCache(path) as c:
+def test_four_writers_lose_nothing(location):
+    """Four processes write 300 rows each into one cache, 150 of them on keys all four
+    write: every key is there once, and each shared key holds one writer's whole row."""
+    open_cache(location).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, location, who],
+                              stdout=subprocess.PIPE, text=True) for who in WRITERS]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(WRITERS)
+    assert sum(int(o) for o in outs) == 300 * len(WRITERS)
+    with open_cache(location) as c:
         assert c.integrity_ok()
         rows = {m.key: m for m in c.measurements()}
-    own = {f"{w}{i}" for w in "AB" for i in range(0, 300, 2)}
+        assert len(c.measurements()) == len(rows)  # no key twice
+    own = {f"{w}{i}" for w in WRITERS for i in range(0, 300, 2)}
     shared = {f"k{i % 200}" for i in range(1, 300, 2)}
-    assert set(rows) == own | shared
-    assert all(rows[k].backend in "AB" and rows[k].status == "ok" for k in shared)
+    assert set(rows) == own | shared  # 600 + 100 rows
+    for key, m in rows.items():  # not torn: every value of a row from the one write
+        i = int(m.median)
+        assert m.backend in WRITERS and m.region == f"r-{m.backend}-{i}" and m.runs == i
+        assert key == (f"k{i % 200}" if i % 2 else f"{m.backend}{i}") and m.status == "ok"
+
+
+def test_export_import_round_trip_between_stores(tmp_path, location):
+    """SQLite → export → import into `location` → export again: the same rows."""
+    import io
+
+    from collage_mlir.cost.cache_export import export_cache, import_cache
+
+    with open_cache(tmp_path / "source.sqlite") as c:
+        c.put_many([_row("a"), _row("b", INVALID, None),
+                    Measurement(**{**_row("s").__dict__, "stale": True, "load": 0.7,
+                                   "timeout_s": 30.0, "median": 1 / 3})])
+        c.put_transition(Transition("t", "x", "y", "h", OK, 1e-5, 2e-10, [(1024, 1.2e-5)]))
+        c.put_capability("cap", "b", 0xff)
+        first = io.StringIO()
+        assert export_cache(c, first) == {"measurements": 3, "transitions": 1,
+                                          "capabilities": 1}
+    with open_cache(location) as c:
+        read, written = import_cache(c, first.getvalue().splitlines(), "x.jsonl")
+        assert read == written == {"measurements": 3, "transitions": 1, "capabilities": 1}
+        again = io.StringIO()
+        export_cache(c, again)
+    assert again.getvalue().splitlines()[1:] == first.getvalue().splitlines()[1:]
+    assert json.loads(again.getvalue().splitlines()[0])["source"] == c.location
+
+
+def test_import_keeps_the_newest_row_of_each_key(location):
+    import io
+
+    from collage_mlir.cost.cache_export import export_cache, import_cache
+
+    old, new = (Measurement(**{**_row("a", median=m).__dict__, "created": t})
+                for m, t in ((1.0, 100.0), (2.0, 200.0)))
+    with open_cache(location) as c:
+        c.put(new)
+        c.put(_row("b"))
+        exported = io.StringIO()
+        export_cache(c, exported)
+        c.put(old)  # an older row replaced the newer meanwhile
+        lines = exported.getvalue().splitlines()
+        assert import_cache(c, lines, "x")[1]["measurements"] == 2
+        assert c.get("a") == new
+        c.put(Measurement(**{**new.__dict__, "created": 300.0}))
+        assert import_cache(c, lines, "x")[1]["measurements"] == 1  # b only
+        assert c.get("a").created == 300.0
+
+
+@pytest.mark.parametrize("line, error", [
+    ('{"format": "other"}', "x.jsonl:1: not a `collage-mlir cache export` file"),
+    ('{"format": "collage-mlir-cache", "version": 2, "schema": 2}', "version 2"),
+    ('{"table": "measurements", "row": {"key": "a"}}', "x.jsonl:2: measurements row: missing"),
+    ('{"table": "claims", "row": {}}', "x.jsonl:2: expected"),
+    ("not json", "x.jsonl:2: not JSON"),
+])
+def test_import_refuses_a_malformed_file_whole(tmp_path, line, error):
+    from collage_mlir.cost.cache_export import import_cache
+    from collage_mlir.errors import CollageError
+
+    header = '{"format": "collage-mlir-cache", "version": 1, "schema": 2}'
+    good = json.dumps({"table": "capabilities",
+                       "row": {"key": "c", "backend": "b", "bits": "ff", "created": 1.0}})
+    lines = [line] if line.startswith('{"format"') else [header, line]
+    with open_cache(tmp_path / "c.sqlite") as c:
+        with pytest.raises(CollageError, match=error.replace("`", ".").replace("(", ".")):
+            import_cache(c, [*lines, good] if lines[0] is header else lines, "x.jsonl")
+        assert c.capabilities() == []  # nothing written
 
 
 SCHEMA_1 = """
