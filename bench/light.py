@@ -66,4 +66,7 @@ def randomized(path: str, seed: int = 0) -> onnx.ModelProto:
     inputs = [i for i in model.graph.input if i.name not in recipes]
     del model.graph.input[:]
     model.graph.input.extend(inputs)
+    # IR 3 requires every initializer to be a graph input too; from IR 4 on the new random
+    # weights are plain initializers (as inputs they would be the model's to feed)
+    model.ir_version = max(model.ir_version, 4)
     return model
