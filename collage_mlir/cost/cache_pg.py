@@ -37,9 +37,14 @@ _TABLES = ("measurements", "transitions", "capabilities", "claims", "meta")
 
 
 def mask_url(url: str) -> str:
-    """`url` with any password replaced by `***` (in the user part and as a parameter)."""
-    url = re.sub(r"^([^:/]+://[^:/@?]*):[^@/?]*@", r"\1:***@", url)
-    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
+    """`url` with any password replaced by `***` (in the user part, up to its last `@`,
+    and as a `password=` parameter)."""
+    scheme, sep, rest = url.partition("://")
+    query = rest.find("?")
+    at = rest.rfind("@", 0, query if query >= 0 else len(rest))
+    if sep and at > 0 and ":" in rest[:at]:
+        rest = rest[:at].split(":", 1)[0] + ":***" + rest[at:]
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", scheme + sep + rest)
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,0 +1,162 @@
+"""The PostgreSQL cache beyond the contract test_cache.py runs on both stores: two real
+`collage-mlir measure` runs sharing one database, the command line's cache export/import,
+and every way of failing to reach the database as one line naming the URL (password
+masked). Each test skips with the reason where no PostgreSQL server can be had."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import onnx.parser
+import pytest
+from pg_server import PASSWORD, pg_server
+from test_measure import MODEL, NUMPY
+
+from collage_mlir.cost.cache import Measurement, open_cache
+from collage_mlir.errors import CollageError
+
+HERE = Path(__file__).parent
+CLI = [sys.executable, "-m", "collage_mlir.tools.cli"]
+
+
+@pytest.fixture
+def server():
+    s = pg_server()
+    if isinstance(s, str):
+        pytest.skip(s)
+    return s
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get(
+        "PYTHONPATH", "")])}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_two_measure_runs_on_one_database_lose_no_rows(server, tmp_path):
+    """Two `collage-mlir measure` runs started together on one new database (both create
+    its tables at once): both succeed, every key is there once, each was measured by one
+    run only (claims work across them), and no claim is left."""
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(MODEL), model)
+    url = server.new_database()
+    cmd = [*CLI, "measure", str(model), "--backends", NUMPY, "--reference", NUMPY,
+           "--cache", url, "--budget", "0.02", "--timeout", "60"]
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    measured = [int(re.search(r"(\d+) measured", out).group(1)) for out, _ in outs]
+    with open_cache(url) as c:
+        rows = c.measurements()
+        assert c.claims() == []
+        keys = c._rows("SELECT key, COUNT(*) FROM measurements GROUP BY key")
+    assert len(rows) == 4 and all(r.status == "ok" for r in rows)  # 5 ops, 4 regions
+    assert all(n == 1 for _, n in keys)
+    assert sum(measured) == 4, outs  # each key measured by one of the runs
+    shared = [int(m.group(1)) if (m := re.search(r"(\d+) measured by a concurrent run", out))
+              else 0 for out, _ in outs]
+    assert sum(measured) + sum(shared) == 8  # the other run took the rows it waited for
+
+
+def test_the_estimator_opens_a_url_through_the_driver(server):
+    """`collage_mlir.compile(cache=URL)` and `--cache URL` reach the measuring estimator
+    as a PostgreSQL store (driver.make_estimator)."""
+    from collage_mlir import driver
+    from collage_mlir.cost.cache_pg import PostgresCache
+
+    url = server.new_database()
+    with driver.make_estimator("measure", [NUMPY], url, timeout_s=5) as est:
+        assert isinstance(est.cache, PostgresCache) and PASSWORD not in est.cache.location
+
+
+def test_cache_commands_take_a_url(server, tmp_path):
+    """export from SQLite, import into PostgreSQL, stats / list / export there."""
+    src = tmp_path / "c.sqlite"
+    with open_cache(src) as c:
+        c.put(Measurement("k", "r", "b", "v", "o", "h", "Relu", "ok", 1e-3, 1e-3, 0.0, 3))
+    url = server.new_database()
+    dump, back = tmp_path / "dump.jsonl", tmp_path / "back.jsonl"
+    steps = [("export", str(dump), "--cache", str(src)), ("import", str(dump), "--cache", url),
+             ("stats", "--cache", url), ("list", "--cache", url),
+             ("export", str(back), "--cache", url)]
+    outs = []
+    for step in steps:
+        done = _cli("cache", *step)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout)
+    assert "imported 1 measurements" in outs[1]
+    assert "1 measurements" in outs[2] and "Relu" in outs[3]
+    assert PASSWORD not in "".join(outs) and "***" in outs[2]
+    assert dump.read_text().splitlines()[1:] == back.read_text().splitlines()[1:]
+    assert json.loads(back.read_text().splitlines()[0])["source"].startswith("postgresql://")
+
+
+def _refused_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, never listening: connecting is refused
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("password", "password authentication failed.*check the user and password"),
+    ("refused", "Connection refused.*is the server running"),
+    ("database", "database \"nowhere\" does not exist.*create the database"),
+    ("malformed", "not a PostgreSQL URL.*expected postgresql://USER"),
+])
+def test_a_url_that_leads_nowhere_is_one_line_naming_it(server, case, message):
+    url = {"password": server.url(password="wrong-pw"),
+           "refused": f"postgresql://collage:wrong-pw@127.0.0.1:{_refused_port()}/x",
+           "database": server.url("nowhere"),
+           "malformed": "postgresql://collage:wrong-pw@127.0.0.1/x?nonsense=1"}[case]
+    masked = re.sub(r":[^:@/]+@", ":***@", url, count=1)
+    with pytest.raises(CollageError, match=message) as e:
+        open_cache(url)
+    assert str(e.value).startswith(masked + ":") and "\n" not in str(e.value)
+    done = _cli("cache", "stats", "--cache", url)  # the command line: one line, no traceback
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("collage-mlir: error: ")
+    assert masked in done.stderr
+    for secret in ("wrong-pw", PASSWORD):
+        assert secret not in str(e.value) and secret not in done.stderr
+
+
+def test_without_the_driver_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+    with pytest.raises(CollageError, match=r"postgres://u:\*\*\*@h/db: a PostgreSQL cache "
+                                           r"needs psycopg 3: pip install 'collage-mlir\["
+                                           r"postgres\]'"):
+        open_cache("postgres://u:pw@h/db")
+
+
+def test_a_connection_lost_mid_run_is_one_line(server):
+    import psycopg
+
+    url = server.new_database()
+    with open_cache(url) as c:
+        pid = c._rows("SELECT pg_backend_pid()")[0][0]
+        with psycopg.connect(server.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(CollageError, match="postgresql://collage:\\*\\*\\*@.*(lost the "
+                                               "connection|cannot read)"):
+            c.get("k")
+
+
+def test_mask_url():
+    from collage_mlir.cost.cache_pg import mask_url
+
+    assert mask_url("postgresql://u:p@ss@h:5/d") == "postgresql://u:***@h:5/d"
+    assert mask_url("postgresql://u:secret@h:5432/d") == "postgresql://u:***@h:5432/d"
+    assert mask_url("postgres://u@h/d?password=x&sslmode=require") == \
+        "postgres://u@h/d?password=***&sslmode=require"
+    assert mask_url("postgresql://h/d") == "postgresql://h/d"
