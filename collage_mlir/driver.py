@@ -23,6 +23,8 @@ from collage_mlir.annotate import generate_candidates, specs_for
 from collage_mlir.backends.registry import available_backends, registered_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.isolated import probe_final
+from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
+from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
@@ -37,6 +39,7 @@ from collage_mlir.placement import Placement
 from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import Rejection, ReportRow, run_notes, summarize_op_types
+from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.search import search
 from collage_mlir.static_shapes import InputShapes
@@ -71,6 +74,10 @@ class PartitionOptions:
     """Longest one candidate may take to compile, check and time before it is a timeout."""
     measure_budget_s: float | None = None
     """Seconds of timing per kernel at most (None: `MeasureSettings`' default)."""
+    merge: bool = True
+    """Merge adjacent chosen regions on one backend where the union measures no slower."""
+    refine_budget_s: float = REFINE_BUDGET_S
+    """Seconds for timing the pick's neighbours end to end (0: off; only when verifying)."""
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -230,6 +237,13 @@ def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                   estimator.reason)
 
 
+def merge(partitioning: Partitioning, estimator: CostEstimator
+          ) -> tuple[Partitioning, list[Merge]]:
+    """Adjacent chosen regions on one backend merged where the union, costed by the
+    estimator, keeps the cover's estimate from rising (TVM Collage's MaxCoalesce)."""
+    return coalesce(partitioning, estimator.estimate, estimator.transition_cost)
+
+
 # -- outline and compile --------------------------------------------------------------------
 
 
@@ -315,6 +329,10 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             rejected = rejections(graph, candidates, costs, estimator)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator)
+        merges: list[Merge] = []
+        if options.merge:
+            with _timed(timings, "merge"):
+                partitioning, merges = merge(partitioning, estimator)
         with _timed(timings, "probe"):
             probed = probe_final(module, candidates, costs, partitioning, estimator,
                                  verify=verify, timeout_s=options.timeout_s)
@@ -324,7 +342,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     finally:
         if owns_estimator:
             estimator.close()
-    pristine = clone_module(module) if alternatives else None
+    refining = verify and options.refine_budget_s > 0 and len(partitioning.choices) > 1
+    pristine = clone_module(module) if alternatives or refining else None
     with _timed(timings, "compile"):
         result = build(module, partitioning, probed.saved)
     verdict = None
@@ -335,7 +354,16 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             if kept is not None:
                 result = None  # the pick's kernels go before the kept model is compiled
                 result = build(pristine, kept, probed.saved_for(kept))
+    refinement = None
+    if refining and result.partitioning is partitioning:  # the check kept the pick
+        with _timed(timings, "refine"):
+            better, refinement = refine(result, pristine, candidates, probed.costs,
+                                        estimator.transition_cost, options.refine_budget_s,
+                                        report_rows)
+            result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
-    return result.with_record(verdict=verdict, candidates=candidates,
-                              backends_considered=names, timings=timings,
-                              rejected=rejected + probed.rejected, notes=notes)
+    out = result.with_record(verdict=verdict, candidates=candidates,
+                             backends_considered=names, timings=timings,
+                             rejected=rejected + probed.rejected, notes=notes)
+    out.merges, out.refinement = merges, refinement
+    return out

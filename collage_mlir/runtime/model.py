@@ -102,6 +102,10 @@ class PartitionedModel:
         self.rejected: list[Rejection] = []
         self.transition_cost = partitioning.transition_cost if partitioning else None
         """Estimated seconds of all hand-offs (saved; None when unknown)."""
+        self.merges: list = []
+        """`search.merge.Merge`s tried after the search (not saved)."""
+        self.refinement = None
+        """`check.refine.Refinement`: the pick's neighbours timed end to end (not saved)."""
         self.op_names: dict[str, list[str]] = {}
         """Region → ONNX node names, as loaded (the saved text has no locations)."""
         self.baselines: list = []
@@ -139,23 +143,27 @@ class PartitionedModel:
 
     @classmethod
     def from_module(cls, module: ir.Module, backend_options: Mapping[str, dict] | None = None,
-                    saved: Mapping[str, str] | None = None, **kwargs) -> PartitionedModel:
+                    saved: Mapping[str, str] | None = None,
+                    prebuilt: Mapping[str, Kernel] | None = None, **kwargs) -> PartitionedModel:
         """Compile every region function of an outlined module on its backend; a region
         named in `saved` (region → file stem, written by `save_kernel`) is loaded from
-        there instead (`check/isolated.py` compiles in a probe process first)."""
+        there instead (`check/isolated.py` compiles in a probe process first), and one
+        named in `prebuilt` takes that kernel (compiled for an identical region function
+        of another module: `check/refine.py` shares them between neighbours)."""
         backends, kernels = {}, {}
         by_backend: dict[str, list[str]] = defaultdict(list)
         regions = region_functions(module)
         for name, fn in regions.items():
             by_backend[ir.StringAttr(fn.attributes[collage.BACKEND]).value].append(name)
-        saved = saved or {}
+        saved, prebuilt = saved or {}, prebuilt or {}
         for backend_name, names in sorted(by_backend.items()):
             backend = get_backend(backend_name, **(backend_options or {}).get(backend_name, {}))
             backends[backend_name] = backend
-            fresh = [n for n in names if n not in saved]
+            kernels.update({n: prebuilt[n] for n in names if n in prebuilt})
+            fresh = [n for n in names if n not in saved and n not in prebuilt]
             compiled = dict(zip(fresh, backend.compile_many(
                 [region_module(regions[n]) for n in fresh]) if fresh else [], strict=True))
-            for n in names:
+            for n in (n for n in names if n not in prebuilt):
                 k = compiled[n] if n in compiled else _saved_kernel(backend, regions[n],
                                                                     saved[n])
                 if isinstance(k, Exception):

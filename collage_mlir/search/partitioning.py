@@ -76,6 +76,19 @@ class Partitioning:
         return "\n".join(lines)
 
 
+def adjacent_regions(choices: Sequence[Choice]) -> list[tuple[int, int]]:
+    """Sorted index pairs (a < b) of chosen regions where one reads a value the other
+    produces."""
+    owner = {i: k for k, ch in enumerate(choices) for i in ch.candidate.sub_graph.nodes}
+    pairs = set()
+    for b, ch in enumerate(choices):
+        for producer, _ in ch.candidate.sub_graph.input_values:
+            a = owner.get(producer)
+            if a is not None and a != b:
+                pairs.add((min(a, b), max(a, b)))
+    return sorted(pairs)
+
+
 def execution_order(graph: DataflowGraph, regions: Sequence[CandidatePartition]) -> list[int]:
     """Region indices so each region follows those it reads (`graph.subgraph.execution_order`).
 

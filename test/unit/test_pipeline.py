@@ -120,12 +120,17 @@ def test_placement_is_respected(tmp_path, mixing_table):
 
 @needs_two
 def test_measured_partition_of_alexnet(tmp_path):
-    """Real measurements (worker processes, SQLite cache); the second compile is all hits."""
+    """Real measurements (worker processes, SQLite cache); the second compile is all hits
+    and picks the same (the end-to-end check is off: its verdict is a timing, and two whole
+    models within the noise may swap between runs)."""
     path = light_model_path("bvlc_alexnet")
     cache = tmp_path / "cache.sqlite"
-    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1)
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1,
+                                 verify=False)
     check_against_onnxruntime(model, path)
-    again = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1)
+    again = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cache=cache, max_depth=1,
+                                 verify=False)
+    assert again.timings["measure"] < model.timings["measure"] / 4  # all hits: no workers
     assert [s.backend for s in again.plan.steps] == [s.backend for s in model.plan.steps]
 
 

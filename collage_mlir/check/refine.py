@@ -1,0 +1,223 @@
+"""End-to-end refinement (Collage's second level, bounded): neighbours of the pick, timed.
+
+The search trusts an additive estimate; what runs is a chain whose hand-offs, caches and
+thread pools the estimate only approximates. Starting from the model the check kept, this
+tries a bounded set of neighbours, most promising (by estimate) first:
+
+- **flip**: one region moved to its runner-up backend (the same nodes, the next-cheapest
+  measured candidate);
+- **join**: two adjacent regions replaced by one measured candidate covering exactly both
+  (so a boundary whose hand-off costs more in the chain than estimated can disappear).
+
+Each neighbour is built on a copy of the un-outlined module, reusing the incumbent's
+compiled kernels for every region it shares, run once and compared with the incumbent's
+outputs, then timed side by side, interleaved, with the incumbent — which is timed twice,
+so the run measures its own noise. A neighbour replaces the incumbent only when it is
+faster by more than that noise (and by at least NOISE_FLOOR). Compiling stops when half the
+budget is spent; a winner's neighbours are not tried (one step: the budget is seconds).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from iree.compiler import ir
+
+from collage_mlir.backends.base import Kernel
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.check.compare import time_side_by_side
+from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.graph.outline import outline_placed, region_name
+from collage_mlir.runtime.model import PartitionedModel, clone_module
+from collage_mlir.runtime.report import ReportRow
+from collage_mlir.search.partitioning import (
+    Choice,
+    Partitioning,
+    TransitionCost,
+    adjacent_regions,
+    evaluate,
+    execution_order,
+)
+from collage_mlir.tensors import compare, model_inputs
+
+DEFAULT_BUDGET_S = 5.0
+NOISE_FLOOR = 0.02
+"""Smallest gain kept whatever the run's own noise: identical kernels timed quietly side by
+side spread about ±2% on this project's machines."""
+MAX_NEIGHBOURS = 6
+
+Rows = Callable[[Partitioning], list[ReportRow]]
+INCUMBENT, AGAIN = "incumbent", "incumbent again"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One neighbour: what it changed, its estimate, its median end to end (None when it
+    could not be built, run or matched), and why it was or was not kept."""
+
+    what: str
+    estimate_s: float
+    measured_s: float | None
+    kept: bool
+    why: str = ""
+
+
+@dataclass
+class Refinement:
+    """What refinement did: the incumbent's median, the run's noise (relative difference of
+    the incumbent's two timings), every trial, and the seconds it took."""
+
+    incumbent_s: float | None = None
+    noise: float | None = None
+    trials: list[Trial] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def gain(self) -> float:
+        """Incumbent over kept median (1.0: nothing gained)."""
+        kept = [t.measured_s for t in self.trials if t.kept and t.measured_s]
+        return self.incumbent_s / kept[0] if kept and self.incumbent_s else 1.0
+
+
+def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
+               costs: Sequence[float], transition: TransitionCost | None
+               ) -> list[tuple[str, Partitioning]]:
+    """The pick's flips and joins (see the module docstring), cheapest estimate first."""
+    graph = pick.graph
+    by_nodes: dict[int, list[tuple[float, CandidatePartition]]] = {}
+    for c, cost in zip(candidates, costs, strict=True):
+        if math.isfinite(cost):
+            by_nodes.setdefault(c.inside, []).append((cost, c))
+    out = []
+    for k, ch in enumerate(pick.choices):
+        if ch.runner_up is not None and ch.runner_up_cost is not None:
+            swapped = _replaced(pick, {k}, Choice(ch.runner_up, ch.runner_up_cost), transition)
+            out.append((f"flip {_label(graph, k, ch.candidate)} to {ch.runner_up.backend}",
+                        swapped))
+    for a, b in adjacent_regions(pick.choices):
+        union = pick.choices[a].candidate.inside | pick.choices[b].candidate.inside
+        for cost, c in sorted(by_nodes.get(union, []), key=lambda t: (t[0], t[1].backend)):
+            joined = _replaced(pick, {a, b}, Choice(c, cost), transition)
+            out.append((f"join {_label(graph, a, pick.choices[a].candidate)} and "
+                        f"{_label(graph, b, pick.choices[b].candidate)} on {c.backend}",
+                        joined))
+            break
+    return sorted(out, key=lambda t: (t[1].total_cost, t[0]))
+
+
+def refine(incumbent: PartitionedModel, pristine: ir.Module,
+           candidates: Sequence[CandidatePartition], costs: Sequence[float],
+           transition: TransitionCost | None, budget_s: float, rows: Rows
+           ) -> tuple[PartitionedModel | None, Refinement]:
+    """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
+    ran faster beyond the noise, or None; and the record of what was tried."""
+    start = time.perf_counter()
+    record = Refinement()
+    pick = incumbent.partitioning
+    if pick is None or budget_s <= 0 or len(pick.choices) < 2:
+        return None, record
+    inputs = model_inputs(pristine)
+    reference = incumbent.run(inputs)
+    built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
+    for what, nb in neighbours(pick, candidates, costs, transition)[:MAX_NEIGHBOURS]:
+        if time.perf_counter() - start > budget_s / 2:
+            break
+        try:
+            model = _build(pristine, nb, incumbent, rows)
+            wrong = compare(model.run(inputs), reference, MeasureSettings())
+        except Exception as e:  # a neighbour that fails is not kept; the run goes on
+            wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
+        if wrong:
+            record.trials.append(Trial(what, nb.total_cost, None, False, wrong))
+            continue
+        built[what] = (model, nb)
+    if built:
+        runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
+        runners.update({what: m.run for what, (m, _) in built.items()})
+        per_round = sum(p.total_cost for _, p in built.values()) + 2 * pick.total_cost
+        left = max(budget_s - (time.perf_counter() - start), 0.0)
+        rounds = max(5, min(15, int(left / max(per_round, 1e-6))))
+        medians = {t.name: t.median_s
+                   for t in time_side_by_side(runners, inputs, rounds=rounds, warmup=1)}
+        base = min(medians[INCUMBENT], medians[AGAIN])
+        record.incumbent_s = base
+        record.noise = abs(medians[INCUMBENT] - medians[AGAIN]) / base
+        bar = base * (1 - max(NOISE_FLOOR, record.noise))
+        best = min(built, key=lambda w: medians[w])
+        for what, (_, nb) in built.items():
+            kept = what == best and medians[what] < bar
+            why = ("faster beyond the noise" if kept else
+                   "a faster neighbour won" if medians[what] < bar else
+                   "within the noise" if medians[what] < base else "slower")
+            record.trials.append(Trial(what, nb.total_cost, medians[what], kept, why))
+    record.seconds = time.perf_counter() - start
+    winner = next((t.what for t in record.trials if t.kept), None)
+    return (built[winner][0] if winner else None), record
+
+
+def _build(pristine: ir.Module, nb: Partitioning, incumbent: PartitionedModel, rows: Rows
+           ) -> PartitionedModel:
+    """`nb` outlined on a copy of `pristine` and compiled, its regions shared with the
+    incumbent taking the incumbent's kernels."""
+    module = clone_module(pristine)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    rebased = _rebased(nb, graph)
+    reuse = _kernels_by_region(incumbent)
+    name = function_name(graph.func_op)
+    prebuilt: dict[str, Kernel] = {}
+    for k, ch in enumerate(rebased.choices):
+        kernel = reuse.get((ch.candidate.backend, ch.candidate.inside))
+        if kernel is not None:
+            prebuilt[region_name(name, ch.candidate.backend, k)] = kernel
+    report = rows(rebased)
+    outline_placed(graph, [(k, c.candidate.sub_graph, c.candidate.backend, c.cost)
+                           for k, c in enumerate(rebased.choices)])
+    return PartitionedModel.from_module(module, prebuilt=prebuilt, report_rows=report,
+                                        estimated_cost=rebased.total_cost,
+                                        partitioning=rebased)
+
+
+def _kernels_by_region(model: PartitionedModel) -> Mapping[tuple[str, int], Kernel]:
+    """(backend, node bits) → the model's compiled kernel for that region."""
+    p = model.partitioning
+    name = function_name(p.graph.func_op)
+    out = {}
+    for k, ch in enumerate(p.choices):
+        kernel = model.kernels.get(region_name(name, ch.candidate.backend, k))
+        if kernel is not None:
+            out[(ch.candidate.backend, ch.candidate.inside)] = kernel
+    return out
+
+
+def _rebased(p: Partitioning, graph: DataflowGraph) -> Partitioning:
+    """`p` over `graph` (a copy of the same function: node numbers agree)."""
+    def move(c: CandidatePartition | None) -> CandidatePartition | None:
+        return None if c is None else CandidatePartition(SubGraph(graph, c.inside), c.backend,
+                                                         c.rule_name)
+    choices = tuple(Choice(move(ch.candidate), ch.cost, move(ch.runner_up), ch.runner_up_cost)
+                    for ch in p.choices)
+    return Partitioning(graph, choices, p.total_cost, p.transition_cost, p.states)
+
+
+def _replaced(pick: Partitioning, drop: set[int], new: Choice,
+              transition: TransitionCost | None) -> Partitioning:
+    """`pick` with the regions in `drop` replaced by `new`, in execution order, re-priced."""
+    kept = [ch for k, ch in enumerate(pick.choices) if k not in drop] + [new]
+    order = execution_order(pick.graph, [ch.candidate for ch in kept])
+    ordered = tuple(kept[k] for k in order)
+    total, moved = evaluate(pick.graph, [ch.candidate for ch in ordered],
+                            [ch.cost for ch in ordered], transition)
+    return Partitioning(pick.graph, ordered, total, moved, pick.states)
+
+
+def _label(graph: DataflowGraph, k: int, c: CandidatePartition) -> str:
+    """Region k of the pick for people: its number, backend and first op types."""
+    types = [graph.nodes[i].op_type for i in c.sub_graph.nodes]
+    ops = "+".join(types[:3]) + ("+…" if len(types) > 3 else "")
+    return f"region {k} ({c.backend}: {ops})"
+

@@ -1,0 +1,101 @@
+"""Merge after the search (search/merge.py) under table costs: what is merged, what is not."""
+
+from __future__ import annotations
+
+import math
+
+from test_search import cand, graph_of
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.search import check_cover, evaluate
+from collage_mlir.search.merge import coalesce
+from collage_mlir.search.partitioning import Choice, Partitioning
+
+
+def switch_everywhere(src: str, dst: str, nbytes: int) -> float:
+    """A boundary costs 0.5 s whatever the backends (two kernels of one backend as well)."""
+    return 0.0 if "host" in (src, dst) else 0.5
+
+
+def pick_of(graph, regions: list[tuple[list[int], str, float]], transition) -> Partitioning:
+    cands = [cand(graph, nodes, backend) for nodes, backend, _ in regions]
+    costs = [c for *_, c in regions]
+    total, moved = evaluate(graph, cands, costs, transition)
+    return Partitioning(graph, tuple(Choice(c, k) for c, k in zip(cands, costs, strict=True)),
+                        total, moved)
+
+
+class SumOfParts:
+    """Test double: a merged region costs what its ops cost alone (`per_node` each) times
+    `factor`; records every batch it is asked for."""
+
+    def __init__(self, per_node: float, factor: float = 1.0) -> None:
+        self.per_node, self.factor, self.batches = per_node, factor, []
+
+    def __call__(self, cands: list[CandidatePartition]) -> list[float]:
+        self.batches.append([(c.backend, tuple(c.sub_graph.nodes)) for c in cands])
+        return [self.per_node * len(c.sub_graph.nodes) * self.factor for c in cands]
+
+
+def test_a_chain_on_one_backend_becomes_one_region_when_it_is_not_slower():
+    graph, n = graph_of([[], [0], [1], [2]])
+    pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(4)], switch_everywhere)
+    assert pick.total_cost == 4 + 3 * 0.5
+    merged, log = coalesce(pick, SumOfParts(1.0), switch_everywhere)
+    assert [sorted(c.candidate.sub_graph.nodes) for c in merged.choices] == [sorted(n)]
+    assert merged.total_cost == 4.0
+    check_cover(graph, merged.candidates)
+    assert all(m.after_s <= m.before_s for m in log if m.kept)
+
+
+def test_a_merge_that_measures_slower_is_not_kept():
+    graph, n = graph_of([[], [0]])
+    pick = pick_of(graph, [([n[0]], "a", 1.0), ([n[1]], "a", 1.0)], switch_everywhere)
+    merged, log = coalesce(pick, SumOfParts(1.0, factor=1.5), switch_everywhere)
+    assert merged is pick
+    assert [(m.kept, m.after_s) for m in log] == [(False, 3.0)]
+
+
+def test_a_failed_merge_is_not_kept():
+    graph, n = graph_of([[], [0]])
+    pick = pick_of(graph, [([n[0]], "a", 1.0), ([n[1]], "a", 1.0)], switch_everywhere)
+    merged, log = coalesce(pick, lambda cs: [math.inf] * len(cs), switch_everywhere)
+    assert merged is pick and not log[0].kept
+
+
+def test_regions_on_different_backends_are_not_merged():
+    graph, n = graph_of([[], [0], [1]])
+    pick = pick_of(graph, [([n[0]], "a", 1.0), ([n[1]], "b", 1.0), ([n[2]], "a", 1.0)],
+                   switch_everywhere)
+    estimate = SumOfParts(1.0)
+    merged, log = coalesce(pick, estimate, switch_everywhere)
+    assert merged is pick and log == [] and estimate.batches == []
+
+
+def test_a_union_that_would_close_a_cycle_is_not_tried():
+    # n0 -> n1 -> n2 and n0 -> n2: {n0, n2} on "a" around n1 on "b" is not convex
+    graph, n = graph_of([[], [0], [0, 1]])
+    pick = pick_of(graph, [([n[0]], "a", 1.0), ([n[1]], "b", 1.0), ([n[2]], "a", 1.0)],
+                   switch_everywhere)
+    estimate = SumOfParts(1.0)
+    merged, _ = coalesce(pick, estimate, switch_everywhere)
+    assert merged is pick and estimate.batches == []
+
+
+def test_merges_are_measured_in_batches_and_chain_over_rounds():
+    graph, n = graph_of([[], [0], [1], [2], [3], [4]])
+    pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(6)], switch_everywhere)
+    estimate = SumOfParts(1.0)
+    merged, log = coalesce(pick, estimate, switch_everywhere)
+    assert len(merged.choices) == 1
+    assert len(estimate.batches[0]) == 5  # every adjacent pair of the first round, at once
+    assert len(estimate.batches) < 5  # rounds, not one union at a time
+    assert merged.total_cost == 6.0
+
+
+def test_the_number_of_unions_measured_is_bounded():
+    graph, n = graph_of([[], [0], [1], [2], [3], [4]])
+    pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(6)], switch_everywhere)
+    estimate = SumOfParts(1.0)
+    coalesce(pick, estimate, switch_everywhere, max_tries=3)
+    assert sum(len(b) for b in estimate.batches) == 3

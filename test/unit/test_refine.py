@@ -1,0 +1,131 @@
+"""End-to-end refinement (check/refine.py): which neighbours are tried, built and kept.
+
+The backends are the in-process test doubles of fault_backend.py and the timings are
+injected (no wall clock): the decisions under test are what is tried, what is rejected
+for wrong numbers, and what counts as beyond the noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fault_backend import FaultInjectingBackend, NumpyTestBackend
+from test_verify import relu_chain
+
+from collage_mlir import driver
+from collage_mlir.backends.registry import _extra, register_backend
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.check import refine as refine_mod
+from collage_mlir.check.compare import Timing
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.runtime.model import clone_module
+from collage_mlir.search.search import search
+from collage_mlir.tensors import model_inputs
+
+NUMPY, FAULT = NumpyTestBackend.name, FaultInjectingBackend.name
+
+
+@pytest.fixture
+def doubles(monkeypatch):
+    """numpy_test and fault (wrong numbers on every region holding a Relu) by name."""
+    monkeypatch.setenv("COLLAGE_FAULT_MODE", "wrong")
+    monkeypatch.setenv("COLLAGE_FAULT_ON", "Relu")
+    for cls in (NumpyTestBackend, FaultInjectingBackend):
+        register_backend(cls)
+    yield
+    for cls in (NumpyTestBackend, FaultInjectingBackend):
+        _extra.pop(cls.name, None)
+
+
+def chain_pick(n: int = 3):
+    """Neg, Relu, Neg (a chain whose output shows an error anywhere) picked one op per
+    region on numpy_test with fault as runner-up; the pairs (0,1) and (1,2) also have a
+    joined candidate on numpy_test.
+    Returns (pristine module, incumbent, candidates, costs)."""
+    module = relu_chain(n)
+    pristine = clone_module(module)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    ops = [node.index for node in graph.op_nodes()]
+    cands, costs = [], []
+    for i in ops:
+        for backend, cost in ((NUMPY, 1e-3), (FAULT, 1.5e-3)):
+            cands.append(CandidatePartition(SubGraph(graph, 1 << i), backend))
+            costs.append(cost)
+    for a, b in ((0, 1), (1, 2)):
+        cands.append(CandidatePartition(SubGraph(graph, 1 << ops[a] | 1 << ops[b]), NUMPY))
+        costs.append(2.4e-3)
+    pick = search(graph, cands, costs, None)
+    assert [c.candidate.backend for c in pick.choices] == [NUMPY] * n
+    incumbent = driver.build(module, pick)
+    return pristine, incumbent, cands, costs
+
+
+def timings_by(rule):
+    """A stand-in for time_side_by_side: each contender's median is rule(name)."""
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        return [Timing(n, rule(n), rule(n)) for n in runners]
+    return timer
+
+
+def run_refine(doubles_ready, rule, monkeypatch, budget_s: float = 5.0):
+    pristine, incumbent, cands, costs = chain_pick()
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(rule))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, budget_s,
+                                       driver.report_rows)
+    return incumbent, better, record, pristine
+
+
+def test_neighbours_are_flips_and_joins_cheapest_first(doubles):
+    _, incumbent, cands, costs = chain_pick()
+    found = refine_mod.neighbours(incumbent.partitioning, cands, costs, None)
+    whats = [w for w, _ in found]
+    assert sum(w.startswith("flip") for w in whats) == 3
+    assert sum(w.startswith("join") for w in whats) == 2  # only where a candidate covers both
+    totals = [p.total_cost for _, p in found]
+    assert totals == sorted(totals)
+    assert whats[0].startswith("join")  # +0.4 ms beats a flip's +0.5 ms
+
+
+def test_a_neighbour_faster_beyond_the_noise_replaces_the_incumbent(doubles, monkeypatch):
+    incumbent, better, record, pristine = run_refine(
+        doubles, lambda n: 1e-3 if n == first_join(doubles) else 2e-3, monkeypatch)
+    assert better is not None
+    kept = [t for t in record.trials if t.kept]
+    assert len(kept) == 1 and kept[0].why == "faster beyond the noise"
+    assert record.gain == pytest.approx(2.0)
+    assert len(better.plan.steps) == 2  # two regions joined into one
+    x = model_inputs(pristine)
+    np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
+    shared = set(map(id, better.kernels.values())) & set(map(id, incumbent.kernels.values()))
+    assert len(shared) == 1  # the untouched region was not compiled again
+
+
+def first_join(_doubles) -> str:
+    _, incumbent, cands, costs = chain_pick()
+    return next(w for w, _ in refine_mod.neighbours(incumbent.partitioning, cands, costs, None)
+                if w.startswith("join"))
+
+
+def test_a_gain_within_the_runs_own_noise_is_not_kept(doubles, monkeypatch):
+    medians = {refine_mod.INCUMBENT: 2.0e-3, refine_mod.AGAIN: 2.2e-3}  # 10% noise
+    _, better, record, _ = run_refine(doubles, lambda n: medians.get(n, 1.9e-3), monkeypatch)
+    assert better is None
+    assert record.noise == pytest.approx(0.1)
+    timed = [t for t in record.trials if t.measured_s is not None]
+    assert timed and all(t.why == "within the noise" and not t.kept for t in timed)
+
+
+def test_a_neighbour_with_wrong_numbers_is_never_timed(doubles, monkeypatch):
+    _, better, record, _ = run_refine(doubles, lambda n: 1e-4 if "fault" in n else 2e-3,
+                                      monkeypatch)
+    wrong = [t for t in record.trials if "Relu" in t.what and t.what.endswith(FAULT)]
+    assert len(wrong) == 1
+    assert wrong and all(t.measured_s is None and "wrong numbers" in t.why for t in wrong)
+    # a flip onto fault of a Neg-only region is right, and its (injected) speed wins
+    assert better is not None and any(t.kept and "Neg" in t.what for t in record.trials)
+
+
+def test_no_budget_no_refinement(doubles, monkeypatch):
+    _, better, record, _ = run_refine(doubles, lambda n: 1e-3, monkeypatch, budget_s=0)
+    assert better is None and record.trials == []
