@@ -209,6 +209,9 @@ class CacheStore(ABC):
         self._run(META)
         found = self._rows("SELECT value FROM meta WHERE name = 'schema'")
         columns = self._columns("measurements")
+        if found and not str(found[0][0]).isdigit():
+            raise CollageError(f"{self.location}: damaged measurement cache (schema version "
+                               f"{found[0][0]!r}); move it away or pass another --cache")
         have = int(found[0][0]) if found else (0 if not columns else
                                                2 if "stale" in columns else 1)
         if have > SCHEMA_VERSION:
