@@ -1,7 +1,8 @@
 """Per-call dispatch cost of each backend's Kernel.run on a 1x8 Relu, side by side.
 
 The fixed cost of one call decides whether handing a small region to another backend can
-pay, so it is measured through exactly the call path the runtime uses (Kernel.run).
+pay, so it is measured through exactly the call path the runtime uses between regions
+(Kernel.run_borrowed: outputs in the kernel's own reused buffers).
 Usage: python bench/dispatch.py [--repeat N] [--backends a,b]
 """
 
@@ -22,12 +23,13 @@ g (float[1,8] x) => (float[1,8] y) { y = Relu(x) }'''
 
 def measure(kernel, x: np.ndarray, repeat: int) -> tuple[float, float]:
     """Median and p90 of `repeat` calls, in microseconds (after a warm-up)."""
+    run = kernel.run_borrowed
     for _ in range(max(10, repeat // 20)):
-        kernel.run([x])
+        run([x])
     times = np.empty(repeat)
     for i in range(repeat):
         t0 = time.perf_counter()
-        kernel.run([x])
+        run([x])
         times[i] = time.perf_counter() - t0
     return float(np.median(times) * 1e6), float(np.percentile(times, 90) * 1e6)
 

@@ -220,8 +220,9 @@ class IreeKernel(Kernel):
 
     An input that is C-contiguous and ALIGNMENT-aligned (another kernel's output, an
     `aligned_empty` array) is imported as a buffer view over its own memory (DLPack, no
-    copy), and the view is kept while the same array object is passed again; any other
-    input is copied in by IREE on every call. Outputs are IREE's fresh buffers, mapped
+    copy) for the call; any other input is copied in by IREE. Nothing is kept between
+    calls: keeping the last inputs would keep other IREE kernels' output buffers alive, and
+    IREE would map fresh memory for every output. Outputs are IREE's fresh buffers, mapped
     (not copied) to numpy. `vmfb` is the (possibly shared) compiled module, mapped from its
     file: what `save_kernel` writes.
     """
@@ -232,7 +233,6 @@ class IreeKernel(Kernel):
         self.vmfb = vmfb
         self._fn = context.modules.module[fn_name]
         self._device = context.config.device
-        self._args: list[tuple[Any, Any]] = []
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Fresh outputs: an output over an input's memory (a function returning its
@@ -242,28 +242,20 @@ class IreeKernel(Kernel):
                 else o for o in out]
 
     def run_borrowed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        if len(self._args) != len(inputs):
-            self._args = [(None, None)] * len(inputs)
-        result = self._fn(*(self._arg(k, x) for k, x in enumerate(inputs)))
+        result = self._fn(*(self._arg(x) for x in inputs))
         if not isinstance(result, tuple | list):
             result = (result,)
         return [np.asarray(r.to_host()) for r in result]
 
-    def _arg(self, k: int, x: np.ndarray) -> Any:
-        """What to pass for input `k`: the kept view when `x` is the same array as last
-        time, else a view over `x`'s memory where IREE can import it, else `x`."""
-        ref, arg = self._args[k]
-        if x is ref:
-            return arg
-        arg = x
+    def _arg(self, x: np.ndarray) -> Any:
+        """A buffer view over `x`'s memory where IREE can import it, else `x` (copied)."""
         if (isinstance(x, np.ndarray) and x.size and x.flags.c_contiguous
                 and x.ctypes.data % ALIGNMENT == 0):
             try:
-                arg = self._device.from_dlpack_capsule(x.__dlpack__())
+                return self._device.from_dlpack_capsule(x.__dlpack__())
             except Exception:  # a dtype or array DLPack cannot carry: IREE copies it
-                arg = x
-        self._args[k] = (x, arg)
-        return arg
+                pass
+        return x
 
 
 class IreeBackend(Backend):
