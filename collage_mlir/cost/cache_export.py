@@ -64,9 +64,9 @@ def export_cache(store: CacheStore, out: TextIO) -> dict[str, int]:
                                key=lambda r: r["key"]),
         "transitions": sorted(({**t.__dict__, "points": [list(p) for p in t.points]}
                                for t in store.transitions()), key=lambda r: r["key"]),
-        "capabilities": [dict(zip(CAPABILITY_COLUMNS, c, strict=True))
-                         for c in store.capabilities()],
-    }
+        "capabilities": sorted((dict(zip(CAPABILITY_COLUMNS, c, strict=True))
+                                for c in store.capabilities()), key=lambda r: r["key"]),
+    }  # sorted here: a PostgreSQL database's collation may order text unlike SQLite
     for table in TABLES:
         for row in rows[table]:
             out.write(json.dumps({"table": table, "row": row}) + "\n")
