@@ -217,13 +217,18 @@ class SqliteCache(CacheStore):
     @contextmanager
     def _write(self) -> Iterator[None]:
         """One write transaction; IMMEDIATE takes the write lock up front (no upgrade deadlock)."""
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e):  # opened read-only, or the file became so
+                raise _read_only(self.path) from None
             raise
-        self._conn.execute("COMMIT")
 
     def _columns(self, table: str) -> set[str]:
         return {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}

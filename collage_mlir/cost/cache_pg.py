@@ -22,6 +22,7 @@ URL with its password masked, and what to do.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -84,6 +85,7 @@ class PostgresCache(CacheStore):
                                "install 'collage-mlir[postgres]'") from None
         self._psycopg = psycopg
         self.read_errors = (psycopg.Error, ValueError, TypeError)
+        self._turn = threading.RLock()  # a transaction is not interleaved with other threads'
         self._conn = self._connect()
         try:
             if readonly:
@@ -153,7 +155,8 @@ class PostgresCache(CacheStore):
     @contextmanager
     def _lost_is_an_error(self) -> Iterator[None]:
         try:
-            yield
+            with self._turn:
+                yield
         except self._psycopg.OperationalError as e:
             raise self._failed("lost the connection to PostgreSQL", e) from None
 

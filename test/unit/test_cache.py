@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -384,7 +383,7 @@ def test_readonly_writes_nothing_and_needs_a_cache(location):
         c.put(_row("a"))
     with open_cache(location, readonly=True) as c:
         assert c.get("a") is not None
-        with pytest.raises((CollageError, sqlite3.OperationalError)):
+        with pytest.raises(CollageError, match="read-only|cannot write"):
             c.put(_row("b"))
 
 
