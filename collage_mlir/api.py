@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.driver import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_EXITS,
@@ -29,7 +30,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             progress: bool = False, verify: bool | None = None,
             verify_budget_s: float = 3.0,
             input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            measure_budget_s: float | None = None) -> PartitionedModel:
+            measure_budget_s: float | None = None,
+            executor: str | RemoteExecutor | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
     `model`: an .onnx or .mlir path, an `onnx.ModelProto` or an imported `ir.Module`.
@@ -42,12 +44,15 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     with dynamic inputs static; the result runs on those shapes only. `timeout_s`: longest
     one candidate may take to compile, check and time (past it the candidate is out of this
     run, cached as a retryable timeout); `measure_budget_s`: seconds of timing per kernel at
-    most (default 1). The report lists the candidates left out, per backend and reason.
+    most (default 1). `executor`: where candidates are measured: None or "local" on this
+    machine, "ray" on this machine's Ray cluster (or a local one started for the run),
+    "ray://HOST:PORT" through Ray Client, or a `cost.remote.RemoteExecutor` (kept open).
+    The report lists the candidates left out, per backend and reason.
     """
     options = PartitionOptions(
         backends=backends, cache=cache,
         max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,
         max_exits=max_exits, placement=placement, cost=cost, verify=verify,
         verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
-        timeout_s=timeout_s, measure_budget_s=measure_budget_s)
+        timeout_s=timeout_s, measure_budget_s=measure_budget_s, executor=executor)
     return partition(model, options, estimator)

@@ -27,6 +27,7 @@ from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
@@ -78,6 +79,9 @@ class PartitionOptions:
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
     refine_budget_s: float = REFINE_BUDGET_S
     """Seconds for timing the pick's neighbours end to end (0: off; only when verifying)."""
+    executor: str | RemoteExecutor | None = None
+    """Where candidates are measured (`cost.executor`: None or "local" here, "ray",
+    "ray://HOST:PORT", or a `RemoteExecutor`)."""
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -157,10 +161,11 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
 
 
 def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
-                   timeout_s: float = DEFAULT_TIMEOUT_S, measure_budget_s: float | None = None
-                   ) -> CostEstimator:
+                   timeout_s: float = DEFAULT_TIMEOUT_S, measure_budget_s: float | None = None,
+                   executor: str | RemoteExecutor | None = None) -> CostEstimator:
     """'measure' → the measuring estimator (real backends + cache; `timeout_s` per
-    candidate, `measure_budget_s` of timing per kernel); 'table:FILE' → a table."""
+    candidate, `measure_budget_s` of timing per kernel, measured where `executor` says);
+    'table:FILE' → a table."""
     if not 0 < timeout_s < math.inf:
         raise CollageError(f"timeout {timeout_s}: must be a positive number of seconds")
     if measure_budget_s is not None and not 0 < measure_budget_s < math.inf:
@@ -173,7 +178,7 @@ def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike 
         settings = (None if measure_budget_s is None
                     else MeasureSettings(budget_s=measure_budget_s))
         return MeasuringEstimator(list(backends), cache_path=cache, timeout_s=timeout_s,
-                                  settings=settings)
+                                  settings=settings, executor=executor)
     if cost.startswith("table:"):
         from collage_mlir.cost.table import TableEstimator
 
@@ -322,7 +327,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     if verify is None:
         verify = options.cost == "measure" and owns_estimator
     estimator = estimator or make_estimator(options.cost, names, options.cache,
-                                            options.timeout_s, options.measure_budget_s)
+                                            options.timeout_s, options.measure_budget_s,
+                                            executor=options.executor)
     try:
         with _timed(timings, "measure"):
             costs = measure(estimator, candidates, names, options.progress)

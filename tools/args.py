@@ -52,6 +52,26 @@ def backend_names(args: argparse.Namespace) -> list[str] | None:
     return [b.strip() for b in args.backends.split(",") if b.strip()] or None
 
 
+def add_measure_on_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--measure-on", type=measure_on, default=None, metavar="WHERE",
+                   help="where candidates are measured: 'local' (this machine, the default), "
+                        "'ray' (this machine's Ray cluster, else a local one), "
+                        "'ray://HOST:PORT' (Ray Client) or 'ray:HOST:PORT' (a head's GCS); "
+                        "Ray needs pip install 'collage-mlir[ray]' and nodes started with "
+                        "ray start --resources='{\"collage_bench\": 1}'")
+
+
+def measure_on(text: str) -> str:
+    """A `--measure-on` value, checked (`cost.executor.check_executor`)."""
+    from collage_mlir.cost.executor import check_executor
+
+    try:
+        check_executor(text)
+    except CollageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def add_cache_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default=None, metavar="PATH|URL",
                    help="measurement cache: an SQLite file, or a PostgreSQL database a team "

@@ -19,6 +19,7 @@ from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
     add_input_shape_argument,
+    add_measure_on_argument,
     backend_names,
     input_shapes,
     positive_float,
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model (.onnx) or ONNX-in-MLIR module (.mlir)")
     add_backends_argument(p, extra=" or module:Class paths")
     add_cache_argument(p)
+    add_measure_on_argument(p)
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds one region may take to compile, check and time (default 60)")
     p.add_argument("--budget", type=positive_float, default=1.0,
@@ -110,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     est = MeasuringEstimator(targets, cache_path=args.cache, timeout_s=args.timeout,
                              reference=reference, skip_unusable=True,
-                             settings=MeasureSettings(budget_s=args.budget))
+                             settings=MeasureSettings(budget_s=args.budget),
+                             executor=args.measure_on)
     for target, reason in est.skipped.items():
         sys.stderr.write(f"collage-mlir: skipping backend '{target}': {reason}\n")
     if not est.backends:

@@ -9,6 +9,7 @@ from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
     add_input_shape_argument,
+    add_measure_on_argument,
     backend_names,
     check_output_dir,
     cost_table_format,
@@ -23,6 +24,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     add_input_shape_argument(p)
     add_backends_argument(p)
     add_cache_argument(p)
+    add_measure_on_argument(p)
     p.add_argument("--max-depth", type=positive_int, default=DEFAULT_MAX_DEPTH, metavar="N",
                    help="most ops on a path through a candidate region")
     p.add_argument("--placement", default=None, metavar="FILE",
@@ -62,7 +64,8 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 cache=args.cache, max_depth=args.max_depth,
                                 placement=args.placement, cost=args.cost, progress=True,
                                 verify=args.verify, input_shapes=input_shapes(args),
-                                timeout_s=args.timeout, measure_budget_s=args.budget)
+                                timeout_s=args.timeout, measure_budget_s=args.budget,
+                                executor=args.measure_on)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,9 @@ class WorkerConfig:
     memory_limit_bytes: int = 0
     """The worker ends itself past this resident size (0: no limit); the region it was on
     is invalid, with the reason."""
+    environ: Mapping[str, str | None] = field(default_factory=dict)
+    """Changes to the worker's environment over this process's: a value to set, or None to
+    drop the variable (a Ray task drops Ray's OMP_NUM_THREADS=1)."""
 
 
 Result = dict[str, Any]
@@ -96,6 +99,11 @@ class WorkerClient:
         env = dict(os.environ)
         paths = [*self.config.sys_path, env.get(SYS_PATH_ENV, "")]
         env[SYS_PATH_ENV] = os.pathsep.join(p for p in paths if p)
+        for name, value in self.config.environ.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         self.lines = queue.Queue()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "collage_mlir.cost.worker"], stdin=subprocess.PIPE,

@@ -4,7 +4,9 @@ For each candidate: extract its region, key it (`cost.key`), and look the key up
 persistent cache. Only misses reach a backend: they are grouped per backend, identical regions
 (one key) are measured once, and each backend's regions go to its own worker process
 (`cost.client` / `cost.worker`), one backend at a time so that measurements do not compete
-for the cores. Each result is written to the cache as it arrives. Before measuring, a run
+for the cores; or, with a `RemoteExecutor` (`cost.executor`: a Ray cluster), every backend's
+regions at once on the executor's machines, keyed by those machines' host fingerprint and
+backend builds. Each result is written to the cache as it arrives. Before measuring, a run
 claims its keys in the cache; keys another live run has claimed are not measured again but
 waited for (`_wait_for_others`), so concurrent runs on one cache share the work.
 
@@ -14,6 +16,7 @@ and test doubles not installed as entry points), as a list or as a dict name →
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import logging
@@ -47,6 +50,7 @@ from collage_mlir.cost.cache import (
     open_cache,
 )
 from collage_mlir.cost.client import Item, WorkerClient, WorkerConfig, WorkerError
+from collage_mlir.cost.executor import ExecutorArg, make_executor
 from collage_mlir.cost.key import (
     RegionKey,
     function_key,
@@ -62,6 +66,8 @@ from collage_mlir.cost.protocol import (
     settings_dict,
     shares_compiles,
 )
+from collage_mlir.cost.remote import Group, Outcome, RemoteExecutor, RemoteItem, store_token
+from collage_mlir.cost.remote import machine_load as machine_load
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import WeightStore, portable_text, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
@@ -192,7 +198,9 @@ class MeasuringEstimator(CostEstimator):
     worker ends itself and its region is invalid (default `default_worker_memory()`; 0: none).
     `load_probe`: the machine's load, recorded with each measurement (default
     `machine_load`). `transition_timeout_s`: longest one hand-off experiment may take
-    (default max(120 s, 4 × `timeout_s`)).
+    (default max(120 s, 4 × `timeout_s`)). `executor`: where cache misses are measured
+    (`cost.executor.make_executor`; default here); one named by a string is closed with
+    the estimator, a given `RemoteExecutor` stays open (its owner closes it).
     """
 
     def __init__(self, backends: BackendsArg, cache_path: str | Path | None = None,
@@ -202,7 +210,8 @@ class MeasuringEstimator(CostEstimator):
                  cache: MeasurementCache | None = None,
                  worker_memory_bytes: int | None = None,
                  load_probe: Callable[[], float] | None = None,
-                 transition_timeout_s: float | None = None) -> None:
+                 transition_timeout_s: float | None = None,
+                 executor: ExecutorArg = None) -> None:
         self.backends, self.skipped = backend_infos(backends)
         if self.skipped and not skip_unusable:
             raise CollageError("; ".join(self.skipped.values()))
@@ -223,6 +232,31 @@ class MeasuringEstimator(CostEstimator):
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
         self._stores_written = 0
         self._scratch: tempfile.TemporaryDirectory | None = None
+        self.host: str | None = None
+        """The host fingerprint in this estimator's keys (None: this machine's)."""
+        self.executor: RemoteExecutor | None = None
+        self._owns_executor = not isinstance(executor, RemoteExecutor)
+        if executor is not None:
+            self._bind(executor)
+
+    def _bind(self, where: ExecutorArg) -> None:
+        """Measure on `where`: keys take its machines' fingerprint and each backend as
+        loaded there (its version, and its options with the thread count explicit)."""
+        executor = make_executor(where)
+        if executor is None:
+            return
+        self.executor = executor
+        try:
+            kind = executor.bind({n: i.spec for n, i in self.backends.items()},
+                                 self._sys_paths())
+        except BaseException:
+            self.close()
+            raise
+        self.host = kind.fingerprint
+        self.backends = {n: dataclasses.replace(i, spec=kind.backends[n].spec,
+                                                version=kind.backends[n].version,
+                                                options=kind.backends[n].options)
+                         for n, i in self.backends.items()}
 
     def _reference_spec(self, reference: str | None) -> dict[str, Any] | None:
         if reference is None:
@@ -237,6 +271,9 @@ class MeasuringEstimator(CostEstimator):
 
     def close(self) -> None:
         self.cache.close()
+        if self.executor is not None and self._owns_executor:
+            self.executor.close()
+        self.executor = None
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
@@ -316,7 +353,7 @@ class MeasuringEstimator(CostEstimator):
         if info is None:
             return None
         rk = self.region(candidate.sub_graph)
-        return measurement_key(rk, info.name, info.version, info.options,
+        return measurement_key(rk, info.name, info.version, info.options, host=self.host,
                                method=self.settings.method)
 
     # -- estimate -----------------------------------------------------------------------
@@ -345,7 +382,7 @@ class MeasuringEstimator(CostEstimator):
                     f"cannot extract the region: {e}"
                 done += 1
                 continue
-            key = measurement_key(rk, info.name, info.version, info.options,
+            key = measurement_key(rk, info.name, info.version, info.options, host=self.host,
                                   method=self.settings.method)
             waiting.setdefault(key, []).append(i)
             rows[key] = (info, c.sub_graph, rk)
@@ -385,14 +422,20 @@ class MeasuringEstimator(CostEstimator):
             progress(done, total)
         started = time.time()
         deferred: list[str] = []  # claimed by another run when we came to them
+        remote: dict[str, list[str]] = {}  # backend → keys, measured together on the executor
         for backend in sorted({rows[k][0].name for k in waiting}):
             keys = sorted((k for k in waiting if rows[k][0].name == backend),
                           key=lambda k: len(rows[k][1].nodes))  # single ops first
             self.stats.by_backend[backend] = len(keys)
             mine = set(self.cache.claim(keys, self.claimant, self.claim_stale_s, started))
             deferred += [k for k in keys if k not in mine]
+            if self.executor is not None:
+                remote[backend] = [k for k in keys if k in mine]
+                continue
             self._measure_backend(self.backends[backend], [k for k in keys if k in mine], rows,
                                   settle, previous, run)
+        if remote:
+            self._measure_remote(remote, rows, settle, previous)
         if deferred:
             self._wait_for_others(deferred, rows, settle, previous, run, started)
         return costs
@@ -420,11 +463,16 @@ class MeasuringEstimator(CostEstimator):
                     done.add(key)
             pending = [k for k in pending if k not in done]
             mine = set(self.cache.claim(pending, self.claimant, self.claim_stale_s, started))
+            remote: dict[str, list[str]] = {}
             for backend in sorted({rows[k][0].name for k in mine}):
-                self._measure_backend(self.backends[backend],
-                                      [k for k in pending if k in mine and
-                                       rows[k][0].name == backend],
-                                      rows, settle, previous, run)
+                keys = [k for k in pending if k in mine and rows[k][0].name == backend]
+                if self.executor is not None:
+                    remote[backend] = keys
+                    continue
+                self._measure_backend(self.backends[backend], keys, rows, settle, previous,
+                                      run)
+            if remote:
+                self._measure_remote(remote, rows, settle, previous)
             pending = [k for k in pending if k not in mine]
             if pending and not mine:
                 self._sleep(CLAIM_POLL_S)
@@ -498,9 +546,70 @@ class MeasuringEstimator(CostEstimator):
             client.stop()
             self.cache.release(keys, self.claimant)  # those not measured after all
 
+    def _measure_remote(self, plan: Mapping[str, list[str]],
+                        rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
+                        previous: Mapping[str, Measurement]) -> None:
+        """Measure `plan` (backend → keys) on the executor, every backend at once; each
+        result into the cache as it comes, keyed by the machine that measured it. A result
+        from a machine of another kind than the one bound (its key differs) is cached
+        under its own key and is no answer here: the candidate is an error of this run."""
+        groups = [self._group(self.backends[b], keys, rows) for b, keys in plan.items() if keys]
+
+        def on_outcome(o: Outcome) -> None:
+            info = self.backends[o.backend]
+            _, _, rk = rows[o.key]
+            before = previous.get(o.key)
+            if o.result.get("skipped"):
+                self.stats.skipped += 1
+                settle(o.key, before if before is not None and before.status == OK else
+                       self._measurement(info, o.key, rk, o.result, None, o.load, o.host))
+                return
+            there = dataclasses.replace(info, version=o.version, options=o.options)
+            key = measurement_key(rk, there.name, there.version, there.options, host=o.host,
+                                  method=self.settings.method)
+            m = self._measurement(there, key, rk, o.result, before, o.load, o.host)
+            if key != o.key:
+                self.cache.put(m)
+                settle(o.key, dataclasses.replace(
+                    m, key=o.key, status=ERROR, median=None,
+                    error=f"measured on a machine of another kind ({o.host}, {o.version}, "
+                          f"{o.options}): cached as its own, not used here"))
+                return
+            kept = m
+            if m.status in (ERROR, TIMEOUT) and before is not None and before.status == OK:
+                kept = before  # a stale row not measured again (busy, broken) keeps its cost
+            else:
+                self.cache.put(m)
+                self.cache.beat(self.claimant)
+            self._count(m)
+            if m.status != OK:
+                log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
+            settle(o.key, kept)
+
+        try:
+            self.executor.measure(groups, on_outcome)
+        finally:
+            self.cache.release([k for keys in plan.values() for k in keys], self.claimant)
+
+    def _group(self, info: BackendInfo, keys: list[str],
+               rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]]) -> Group:
+        """One backend's keys as the executor takes them: region texts naming the weight
+        stores, which the group lists with their tokens."""
+        items, stores = [], {}
+        for k in keys:
+            sub_graph = rows[k][1]
+            items.append(RemoteItem(k, self.region_text(sub_graph),
+                                    tuple(sorted(_op_types(sub_graph)))))
+            store = self._store(sub_graph.graph)
+            if store is not None and str(store.path) not in stores:
+                stores[str(store.path)] = store_token(store.path)
+        return Group(info.name, self._worker_config(info), info.batch, items, stores)
+
     def _measurement(self, info: BackendInfo, key: str, rk: RegionKey, result: dict[str, Any],
-                     before: Measurement | None, load: float) -> Measurement:
-        """The cache row for one worker result (a timeout counts its attempts in a row)."""
+                     before: Measurement | None, load: float, host: str | None = None
+                     ) -> Measurement:
+        """The cache row for one worker result (a timeout counts its attempts in a row),
+        measured on `host` (None: this machine)."""
         status = result.get("status", ERROR)
         attempts = 0
         if status == TIMEOUT:
@@ -509,7 +618,7 @@ class MeasuringEstimator(CostEstimator):
                         if before is not None and before.status == TIMEOUT else 1)
         return Measurement(
             key=key, region=rk.digest, backend=info.name, version=info.version,
-            options=info.options, host=host_fingerprint(), signature=rk.signature,
+            options=info.options, host=host or host_fingerprint(), signature=rk.signature,
             status=status, median=result.get("median"), p90=result.get("p90"),
             spread=result.get("spread"), runs=int(result.get("runs") or 0),
             error=result.get("error") or "", timeout_s=self.timeout_s, attempts=attempts,
@@ -523,6 +632,13 @@ class MeasuringEstimator(CostEstimator):
         s.timeouts += m.status == TIMEOUT
         s.busy += (m.load or 0.0) > BUSY_LOAD
         s.max_load = max(s.max_load, m.load or 0.0)
+
+    def _sys_paths(self) -> tuple[str, ...]:
+        """Where workers find the backends loaded by module path (and the reference)."""
+        paths = list(self.sys_path)
+        for b in self.backends.values():
+            paths.extend(b.sys_path)
+        return tuple(dict.fromkeys(paths))
 
     def _worker_config(self, info: BackendInfo) -> WorkerConfig:
         paths = [*self.sys_path, *info.sys_path]
@@ -608,16 +724,6 @@ def default_worker_memory() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError):
         return 0
-
-
-def machine_load() -> float:
-    """Other runnable tasks per core: the 1-minute load average less the one measuring
-    worker, over the cores (0 where the load average cannot be read)."""
-    try:
-        average = os.getloadavg()[0]
-    except OSError:
-        return 0.0
-    return max(0.0, average - 1.0) / (os.cpu_count() or 1)
 
 
 def _op_types(sub_graph: SubGraph) -> set[str]:

@@ -77,7 +77,7 @@ def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, m
         driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=0)
     seen = {}
 
-    def spy(cost, backends, cache, timeout_s, measure_budget_s):
+    def spy(cost, backends, cache, timeout_s, measure_budget_s, executor=None):
         seen.update(timeout_s=timeout_s, budget=measure_budget_s)
         raise CollageError("stop here")
 

@@ -1,0 +1,242 @@
+"""Measuring on Ray (issue 14): a real local cluster of two simulated nodes, each offering
+one unit of the measuring resource, with the numpy test doubles of fault_backend.py and
+ray_doubles.py (and onnxruntime where weights must travel).
+
+Ray comes with the `test` extra; a venv without it gets it installed here, and the module
+skips with the reason where it cannot be had.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx.numpy_helper
+import onnx.parser
+import pytest
+
+RAY_REQUIREMENT = "ray[client]>=2.10"
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", RAY_REQUIREMENT],
+                             capture_output=True, text=True, timeout=600)
+        if pip.returncode != 0:
+            tail = (pip.stderr.strip().splitlines() or ["?"])[-1]
+            pytest.skip(f"ray is not installed and pip could not install it: {tail}",
+                        allow_module_level=True)
+        import ray
+    return ray
+
+
+ray = _import_ray()
+
+from ray.cluster_utils import Cluster  # noqa: E402
+from ray_doubles import OtherPacedTestBackend, PacedTestBackend  # noqa: E402
+from test_measure import FAST, MODEL, NUMPY  # noqa: E402
+
+import collage_mlir  # noqa: E402
+from collage_mlir.backends.registry import _extra, register_backend  # noqa: E402
+from collage_mlir.candidate import CandidatePartition  # noqa: E402
+from collage_mlir.cost.cache import ERROR, OK, MeasurementCache  # noqa: E402
+from collage_mlir.cost.key import host_fingerprint  # noqa: E402
+from collage_mlir.cost.measure import MeasuringEstimator  # noqa: E402
+from collage_mlir.cost.protocol import MeasureSettings, settings_dict  # noqa: E402
+from collage_mlir.cost.ray_executor import BENCH_RESOURCE, RayExecutor  # noqa: E402
+from collage_mlir.cost.remote import Group, RemoteItem, store_token  # noqa: E402
+from collage_mlir.driver import entry_graph  # noqa: E402
+from collage_mlir.export.resources import weight_store  # noqa: E402
+from collage_mlir.graph import SubGraph  # noqa: E402
+from collage_mlir.importer import import_onnx  # noqa: E402
+
+PACED = "ray_doubles:PacedTestBackend"
+OTHER = "ray_doubles:OtherPacedTestBackend"
+KILLING = "ray_doubles:TaskKillingBackend"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two simulated nodes on this machine, one CPU and one measuring slot each."""
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True,
+                head_node_args={"num_cpus": 1, "resources": {BENCH_RESOURCE: 1},
+                                "include_dashboard": False})
+    c.add_node(num_cpus=1, resources={BENCH_RESOURCE: 1})
+    ray.init(address=c.address, log_to_driver=False)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture
+def executor(cluster):
+    with RayExecutor() as ex:
+        yield ex
+
+
+@pytest.fixture
+def paced():
+    for cls in (PacedTestBackend, OtherPacedTestBackend):
+        register_backend(cls)
+    yield
+    for cls in (PacedTestBackend, OtherPacedTestBackend):
+        _extra.pop(cls.name, None)
+
+
+def _single_ops(est: MeasuringEstimator, graph, backends):
+    return [CandidatePartition(SubGraph(graph, 1 << n.index), b, "single-op")
+            for n in graph.op_nodes() for b in backends]
+
+
+class NoHandOffs(MeasuringEstimator):
+    """A measuring estimator whose hand-offs cost nothing (a test double: hand-off
+    experiments run in the driver whatever the executor, and take most of a minute here)."""
+
+    def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
+        return 0.0
+
+
+STEADY = MeasureSettings(warmup=1, min_runs=7, max_runs=30, budget_s=0.05, cold_bytes=0)
+"""Enough calls that a busy machine's preemptions do not move a paced kernel's median."""
+
+
+def test_a_partition_measured_on_ray_is_the_local_one(tmp_path, executor, paced):
+    """Same tiny model, same doubles (paced so that the best cover is known: the fast
+    backend refuses Sigmoid), measured here and on Ray: the same regions on the same
+    backends, and the Ray run's rows carry this machine's fingerprint (both simulated nodes
+    are this machine) under the keys the local run used."""
+    backends = {PACED: {"per_call_ms": 3.0, "refuse": "Sigmoid"},
+                OTHER: {"per_call_ms": 1.0, "per_op_ms": 10.0}}
+    picks, keys = [], []
+    for where, name in ((None, "local"), (executor, "ray")):
+        cache = tmp_path / f"{name}.sqlite"
+        with NoHandOffs(backends, cache_path=cache, reference=NUMPY, settings=STEADY,
+                        timeout_s=20, executor=where) as est:
+            model = collage_mlir.compile(onnx.parser.parse_model(MODEL),
+                                         backends=["paced_test", "paced_other"],
+                                         estimator=est, max_depth=2, verify=False)
+        picks.append([(c.backend, sorted(c.sub_graph.nodes))
+                      for c in model.partitioning.candidates])
+        with MeasurementCache(cache) as c:
+            rows = c.measurements()
+        keys.append({m.key for m in rows})
+        assert {m.host for m in rows} == {host_fingerprint()}
+        assert all(m.status == OK or "refuses Sigmoid" in m.error for m in rows)
+    assert picks[0] == picks[1]
+    assert [(b, len(nodes)) for b, nodes in picks[1]] == [
+        ("paced_test", 2), ("paced_other", 1), ("paced_test", 2)]
+    assert keys[0] == keys[1]
+    assert {t.backend for t in executor.tasks} == {"paced_test", "paced_other"}
+
+
+def test_a_killed_ray_worker_costs_a_resend_then_an_error(tmp_path, executor):
+    """The backend kills the Ray worker running its task when it compiles the Sigmoid
+    region: killed once, the task's unreported regions are sent again and measured; killed
+    on every try, they are errors naming the loss, and the rest of the run is measured."""
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = entry_graph(module)
+    for times, name in ((1, "once"), (2, "twice")):
+        marks = tmp_path / name
+        marks.mkdir()
+        backends = {NUMPY: {}, KILLING: {"times": times, "marks": str(marks)}}
+        with MeasuringEstimator(backends, cache_path=tmp_path / f"{name}.sqlite",
+                                reference=None, settings=FAST, timeout_s=20,
+                                executor=executor) as est:
+            before = executor.requeued
+            cands = _single_ops(est, graph, ["numpy_test", "task_killing"])
+            costs = dict(zip(((c.backend, c.sub_graph.first) for c in cands),
+                             est.estimate(cands), strict=True))
+            reasons = {(c.backend, c.sub_graph.first): est.reason(c) for c in cands}
+        assert len(list(marks.glob("kill-*"))) == times
+        assert executor.requeued > before
+        assert all(math.isfinite(v) for (b, _), v in costs.items() if b == "numpy_test")
+        killed = {k for k, v in costs.items() if not math.isfinite(v)}
+        sigmoid = ("task_killing", next(n.index for n in graph.op_nodes()
+                                        if n.op_type == "Sigmoid"))
+        if times == 1:
+            assert not killed
+        else:
+            assert sigmoid in killed and all(b == "task_killing" for b, _ in killed)
+            assert all(reasons[k].startswith(f"{ERROR}: lost 2 times on Ray") and
+                       "WorkerCrashedError" in reasons[k] for k in killed)
+
+
+def test_one_measuring_task_per_node(tmp_path, executor):
+    """Four groups on two nodes of one measuring slot each: both nodes measure, and no two
+    tasks overlap on one node (by the node's own clock, start to end)."""
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = entry_graph(module)
+    with MeasuringEstimator([PACED], cache_path=tmp_path / "c.sqlite", reference=None) as est:
+        text = est.region_text(SubGraph(graph, 1 << graph.op_nodes()[0].index))
+        config = est._worker_config(est.backends["paced_test"])
+    config.backend = {"target": PACED, "options": {"per_call_ms": 5.0}}
+    config.settings = settings_dict(FAST)
+    executor.bind({"paced_test": config.backend}, config.sys_path)
+    groups = [Group("paced_test", config, False,
+                    [RemoteItem(f"g{g}i{i}", text, ("MatMul",)) for i in range(2)])
+              for g in range(4)]
+    seen = []
+    start = len(executor.tasks)
+    executor.measure(groups, seen.append)
+    assert sorted(o.key for o in seen) == sorted(i.key for g in groups for i in g.items)
+    assert all(o.result["status"] == "ok" for o in seen)
+    tasks = executor.tasks[start:]
+    assert len(tasks) == 4 and len({t.node for t in tasks}) == 2
+    for node in {t.node for t in tasks}:
+        spans = sorted((t.started, t.ended) for t in tasks if t.node == node)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_a_node_that_cannot_read_the_weight_store_is_sent_it(tmp_path, executor, monkeypatch):
+    """The region's text names a weight store at a path the nodes cannot read: the node
+    asks, the driver sends the store's files once, the node measures from its copy."""
+    w = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((64, 64), np.float32), "w")
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1,64] x) => (float[1,64] y) { y = MatMul(x, w) }""")
+    model.graph.initializer.append(w)
+    module = import_onnx(model)
+    with weight_store(module) as store:
+        graph = entry_graph(module)
+        with MeasuringEstimator(["onnxruntime"], cache_path=tmp_path / "c.sqlite", reference=None,
+                                settings=FAST) as est:
+            text = est.region_text(SubGraph(graph, 1 << graph.op_nodes()[0].index))
+            info = est.backends["onnxruntime"]
+            config = est._worker_config(info)
+        elsewhere = str(tmp_path / "not-on-the-nodes")
+        assert f'"{store.path}"' in text
+        text = text.replace(f'"{store.path}"', f'"{elsewhere}"')
+        real = RayExecutor._ship
+        monkeypatch.setattr(RayExecutor, "_ship",
+                            lambda self, path: real(self, str(store.path)))
+        executor.bind({"onnxruntime": info.spec}, ())
+        token = store_token(store.path)
+        local = f"/tmp/collage-store-{token.replace(':', '-')}"
+        shutil.rmtree(local, ignore_errors=True)
+        seen = []
+        executor.measure([Group("onnxruntime", config, False,
+                                [RemoteItem("k", text, ("MatMul",))], {elsewhere: token})],
+                         seen.append)
+    (outcome,) = seen
+    assert outcome.result["status"] == "ok", outcome.result
+    assert store_token(local) == token
+    shutil.rmtree(local, ignore_errors=True)
+
+
+def test_measuring_on_ray_with_no_measuring_node_says_how_to_start_one(cluster):
+    """Asking for a resource no node offers is a one-line error naming the flag."""
+    import collage_mlir.cost.ray_executor as rex
+
+    with RayExecutor() as ex:
+        ex.bench_nodes = lambda: []
+        with pytest.raises(collage_mlir.CollageError, match=rf"ray start --resources='{{\"{rex.BENCH_RESOURCE}"):
+            ex.bind({"numpy_test": {"target": NUMPY, "options": {}}}, ())
