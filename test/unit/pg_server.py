@@ -159,11 +159,18 @@ def _start() -> PgServer:
         _as_server_user([f"{bin_dir}/initdb", "-D", f"{base}/data", "-U", USER,
                          f"--pwfile={base}/pw", "--auth-local=trust",
                          "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"])
-        port = _free_port()
-        options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60")
-        _as_server_user([f"{bin_dir}/pg_ctl", "-D", f"{base}/data", "-l", f"{base}/log", "-w",
-                         "-t", "60", "-o", options, "start"])
+        for attempt in range(3):  # another session may take the free port first
+            port = _free_port()
+            options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off "
+                       "-c synchronous_commit=off -c full_page_writes=off "
+                       "-c max_connections=60")
+            try:
+                _as_server_user([f"{bin_dir}/pg_ctl", "-D", f"{base}/data", "-l",
+                                 f"{base}/log", "-w", "-t", "60", "-o", options, "start"])
+                break
+            except _NoServer:
+                if attempt == 2:
+                    raise
     except _NoServer:
         shutil.rmtree(base, ignore_errors=True)
         raise
