@@ -24,7 +24,7 @@ lit: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/lit -sv test/lit
 
 unit: $(STAMP)
-	$(BIN)/pytest -q -x test/unit test/robustness
+	$(BIN)/pytest -q -x -rs test/unit test/robustness
 
 bench: $(STAMP)
 	$(BIN)/python bench/backends.py
