@@ -9,10 +9,19 @@ single-backend partition (`--backends X`, which should match X alone within a fe
 "noise" is how far two instances of the same whole model (X and X#2, `--controls`) land
 apart in the same run: a mix/best ratio inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
-what the end-to-end check kept, and the measure / search / verify seconds of the mix.
+the additive error per region (region err: median over the mix's regions of
+|estimate - median call inside whole runs| / that call; `--per-region` lists them), what the
+end-to-end check kept, and the measure / search / verify seconds of the mix.
+
+Greedy baselines (`search/greedy.py`: partition_for_X and the first-claim order) are timed
+beside the mix: one that is a whole model is the whole-model column of its backend; the
+others within `--greedy-margin` of the best baseline's estimate (at most `--greedy` of them)
+are built and timed too. "apparent loss" = mix - the fastest greedy baseline, measured in
+the same run (negative: Collage wins), as the RFC's success metric.
 
     python bench/e2e.py [--models bert_base,mobilenet_v2,light:resnet50,m.onnx] [--rounds 20]
-                        [--cache PATH] [--input-shape NAME=DIMS ...]
+                        [--cache PATH] [--input-shape NAME=DIMS ...] [--greedy N]
+                        [--per-region]
 
 "max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
 |onnxruntime whole| of that output.
@@ -21,7 +30,9 @@ what the end-to-end check kept, and the measure / search / verify seconds of the
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 import time
 
@@ -30,7 +41,13 @@ import onnx
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
+from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side, whole_model_runner
+from collage_mlir.driver import build, entry_graph
+from collage_mlir.export.resources import weight_store
+from collage_mlir.graph import SubGraph
+from collage_mlir.search.greedy import Baseline
+from collage_mlir.search.partitioning import Choice, Partitioning, check_cover
 from collage_mlir.static_shapes import parse_input_shape
 from collage_mlir.tensors import model_inputs
 
@@ -63,6 +80,49 @@ def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return worst
 
 
+def greedy_to_time(baselines: list[Baseline], n_ops: int, margin: float, most: int
+                   ) -> tuple[dict[str, str], list[Baseline]]:
+    """Which baselines to time: {name: backend} for those that are one backend's whole
+    model (timed as that backend's column), and up to `most` others (each distinct cover
+    once) whose estimate is unknown or within `margin` x the best baseline's, best first."""
+    runnable = [b for b in baselines if b.partitioning is not None and not math.isinf(b.cost)]
+    finite = [b.cost for b in runnable if math.isfinite(b.cost)]
+    bound = margin * min(finite) if finite else math.inf
+    whole, built, seen = {}, [], set()
+    for b in sorted(runnable, key=lambda b: (math.isnan(b.cost), b.cost)):
+        cover = b.regions()
+        if cover in seen:
+            continue
+        seen.add(cover)
+        if len(cover) == 1 and cover[0][1].bit_count() == n_ops:
+            whole[b.name] = cover[0][0]
+        elif (math.isnan(b.cost) or b.cost <= bound) and len(built) < most:
+            built.append(b)
+    return whole, built
+
+
+def build_baseline(path, shapes, baseline: Baseline):
+    """The baseline's cover compiled over a fresh import of the model (the same model
+    imports to the same post-dfs node numbers; `check_cover` refuses a cover that does not
+    fit), as a PartitionedModel."""
+    module = collage_mlir.import_onnx(path, input_shapes=shapes)
+    with weight_store(module):
+        graph = entry_graph(module)
+        old = baseline.partitioning
+        choices = tuple(Choice(CandidatePartition(SubGraph(graph, c.candidate.inside),
+                                                  c.candidate.backend, c.candidate.rule_name),
+                               c.cost) for c in old.choices)
+        check_cover(graph, [c.candidate for c in choices])
+        return build(module, Partitioning(graph, choices, old.total_cost, old.transition_cost))
+
+
+def region_errors(model) -> dict[str, tuple[float, float]]:
+    """Region → (estimate, median call inside whole runs), both in seconds."""
+    measured = model.profile(model_inputs(model.module), rounds=10)
+    return {r.region: (r.estimated_cost, measured[r.region]) for r in model.report_rows
+            if r.region in measured and r.estimated_cost is not None}
+
+
 def bench_model(name: str, backends: list[str], args) -> dict:
     label, path = resolve(name, args.splat)
     shapes = dict(parse_input_shape(s) for s in args.input_shape) or None
@@ -93,12 +153,49 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     for b in args.controls.split(","):
         if b in runners:  # a second, independent instance of X alone: the noise floor
             runners[f"{b}#2"] = whole_model_runner(original, b)
+    row["greedy"] = greedy_runners(mixed, path, shapes, runners, row, args)
     inputs = model_inputs(original)
     if "onnxruntime" in runners:
         row["max_err"] = relative_error(mixed.run(inputs), runners["onnxruntime"](inputs))
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):
         row[t.name] = t.median_s * 1e3
+    row["region_errors"] = region_errors(mixed)
     return row
+
+
+def greedy_runners(mixed, path, shapes, runners: dict, row: dict, args) -> dict[str, tuple]:
+    """Add the greedy baselines worth timing to `runners`; returns baseline name →
+    (runner name, estimated ms). A build that fails is noted in `row`."""
+    n_ops = sum(r.ops for r in mixed.report_rows)
+    whole, built = greedy_to_time(mixed.baselines, n_ops, args.greedy_margin, args.greedy)
+    estimates = {b.name: b.cost * 1e3 for b in mixed.baselines}
+    out = {name: (backend, estimates[name]) for name, backend in whole.items()
+           if backend in runners}
+    for b in built:
+        try:
+            runners[f"greedy:{b.name}"] = build_baseline(path, shapes, b).run
+            out[b.name] = (f"greedy:{b.name}", estimates[b.name])
+        except Exception as e:
+            row[f"{b.name}_error"] = str(e).splitlines()[0][:80] if str(e) else repr(e)
+    return out
+
+
+def greedy_cells(row: dict) -> tuple[str, str]:
+    """("name ms (est. ms)" of the fastest greedy baseline, "apparent loss ms (%)")."""
+    timed = {n: (row[key], est) for n, (key, est) in row["greedy"].items() if key in row}
+    if not timed:
+        return "–", "–"
+    name = min(timed, key=lambda n: timed[n][0])
+    got, est = timed[name]
+    loss = row["mix"] - got
+    return (f"{name} {got:.2f} (est. {est:.2f})",
+            f"{loss:+.2f} ({loss / got:+.0%})")
+
+
+def region_cell(errors: dict[str, tuple[float, float]]) -> str:
+    """Median |estimate - measured| / measured over the regions, and how many."""
+    rel = [abs(e - m) / m for e, m in errors.values() if m > 0 and math.isfinite(e)]
+    return f"{statistics.median(rel):.0%} of {len(rel)}" if rel else "–"
 
 
 def main() -> None:
@@ -118,13 +215,22 @@ def main() -> None:
     p.add_argument("--controls", default="onnxruntime,openvino",
                    help="backends timed twice (two instances of the same whole model): "
                         "how far apart identical contenders land in this run")
+    p.add_argument("--greedy", type=int, default=2, metavar="N",
+                   help="greedy baselines built and timed besides those that are one "
+                        "backend's whole model (those are its column)")
+    p.add_argument("--greedy-margin", type=float, default=1.5,
+                   help="time a built baseline only when its estimate is within this factor "
+                        "of the best baseline's")
+    p.add_argument("--per-region", action="store_true",
+                   help="list each region's estimate against its measured call")
     args = p.parse_args()
     backends = args.backends.split(",")
     cols = ["mix"] + backends + ([f"{b}/collage" for b in backends] if args.single else [])
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
-          + " | mix/best | noise | est. ms | est. err | regions | check kept | max err "
+          + " | mix/best | noise | best greedy ms | apparent loss ms | est. ms | est. err "
+            "| region err | regions | check kept | max err "
             "| partition s | measure s | search s | verify s |")
-    print("|---" * (len(cols) + 13) + "|")
+    print("|---" * (len(cols) + 16) + "|")
     for name in args.models.split(","):
         try:
             row = bench_model(name, backends, args)
@@ -137,9 +243,11 @@ def main() -> None:
         cells = [f"{row[c]:.2f}" if c in row else "–" for c in cols]
         phases = row["phases"]
         err = (row["estimated_ms"] - row["mix"]) / row["mix"]
+        greedy, loss = greedy_cells(row)
         print(f"| {name} | " + " | ".join(cells) + f" | {row['mix'] / best:.2f} | "
-              f"±{noise:.0%} | "
-              f"{row['estimated_ms']:.2f} | {err:+.0%} | {row['regions']} | {row['kept']} | "
+              f"±{noise:.0%} | {greedy} | {loss} | "
+              f"{row['estimated_ms']:.2f} | {err:+.0%} | {region_cell(row['region_errors'])} | "
+              f"{row['regions']} | {row['kept']} | "
               f"{row.get('max_err', 0):.1e} | {row['partition_s']:.1f} | "
               f"{phases.get('measure', 0):.1f} | {phases.get('search', 0):.2f} | "
               f"{phases.get('verify', 0):.1f} |", flush=True)
@@ -150,6 +258,13 @@ def main() -> None:
         errors = {k: v for k, v in row.items() if k.endswith("_error")}
         for k, v in errors.items():
             print(f"|   {k}: {v} |")
+        print("|   greedy: " + ", ".join(
+            f"{n} {row[key]:.2f} ms (est. {est:.2f})" if key in row else f"{n} not timed"
+            for n, (key, est) in row["greedy"].items()) + " |")
+        if args.per_region:
+            for region, (e, m) in row["region_errors"].items():
+                print(f"|   {region}: est. {e * 1e3:.3f} ms, measured {m * 1e3:.3f} ms "
+                      f"({(e - m) / m:+.0%}) |")
 
 
 if __name__ == "__main__":

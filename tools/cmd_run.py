@@ -22,8 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=positive_int, default=0, metavar="N",
                    help="also time N runs and print the median latency (default: not timed)")
     p.add_argument("--profile", type=positive_int, default=0, metavar="N",
-                   help="also time each region's call over N runs and print the report with "
-                        "measured beside estimated cost (default: not profiled)")
+                   help="also time each region's call and the whole chain over N runs and "
+                        "print the report with measured beside estimated cost and the "
+                        "additive error (default: not profiled)")
     p.add_argument("--json", metavar="FILE", default=None,
                    help="also write the report as JSON, with the profile when --profile is "
                         "given (default: not written)")
@@ -66,11 +67,15 @@ def run(args: argparse.Namespace) -> int:
                                  rounds=args.repeat)
         print(f"latency: median {t.median_s * 1e3:.3f} ms, p90 {t.p90_s * 1e3:.3f} ms")
     measured = model.profile(inputs, rounds=args.profile) if args.profile else None
+    chain = None
     if measured is not None:
-        print(model.report(measured=measured))
+        (t,) = time_side_by_side({"model": lambda a: model.run(a)}, model.arrange(inputs),
+                                 rounds=args.profile)
+        chain = t.median_s
+        print(model.report(measured=measured, chain_s=chain))
     if args.json:
         from collage_mlir.tools.report_out import write_json
 
-        write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None)),
-                   args.json)
+        write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None,
+                                           chain_s=chain)), args.json)
     return 0

@@ -259,15 +259,16 @@ class PartitionedModel:
                       self.skipped)
 
     def report(self, measured: Mapping[str, float] | None = None, format: str = "text",
-               rounds: int | None = None) -> str:
+               rounds: int | None = None, chain_s: float | None = None) -> str:
         """The region table; `measured` (from `profile`, over `rounds`) adds a measured-ms
-        column. format="json": the report as JSON text (schema `report.schema.json`)."""
+        column and the additive error, against `chain_s` (the median whole run) too when
+        given. format="json": the report as JSON text (schema `report.schema.json`)."""
         if format == "json":
-            return json.dumps(report_data(self.module, self.record(), measured, rounds),
-                              indent=1)
+            return json.dumps(report_data(self.module, self.record(), measured, rounds,
+                                          chain_s=chain_s), indent=1)
         if format != "text":
             raise CollageError(f"report format {format!r}: expected 'text' or 'json'")
-        lines = [format_report(self.report_rows, self.estimated_cost, measured)]
+        lines = [format_report(self.report_rows, self.estimated_cost, measured, chain_s)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
         if self.baseline_rows:

@@ -58,9 +58,11 @@ def summarize_op_types(types: list[str], limit: int = 4) -> str:
 
 
 def format_report(rows: list[ReportRow], total: float | None = None,
-                  measured: Mapping[str, float] | None = None) -> str:
+                  measured: Mapping[str, float] | None = None,
+                  chain_s: float | None = None) -> str:
     """One line per region; `measured` (region → seconds) adds a column beside the
-    estimate, and its sum beside the estimated total."""
+    estimate, its sum beside the estimated total and the additive error (against
+    `chain_s`, the median whole run, too when given)."""
     header = ("region", "backend", "ops", "op types", "est. ms", "spread", "runner-up",
               "runner-up ms")
     table = [header] + [(r.region, r.backend, str(r.ops), r.op_types, _ms(r.estimated_cost),
@@ -81,7 +83,7 @@ def format_report(rows: list[ReportRow], total: float | None = None,
         lines.append(f"measured sum of region calls: {_ms(sum(measured.values()))} ms")
         lines.append(additive_error_line([r.estimated_cost for r in rows],
                                          [measured.get(r.region) for r in rows], total,
-                                         sum(measured.values())))
+                                         sum(measured.values()), chain_s))
     return "\n".join(lines)
 
 
@@ -368,8 +370,8 @@ def measured_spreads(estimator: CostEstimator, candidates: Sequence[CandidatePar
                      ) -> dict[tuple[str, int], float]:
     """(backend, nodes) → the spread of its cached measurement, for a measuring estimator
     (a table's costs have none: {})."""
-    from collage_mlir.cost.records import OK
     from collage_mlir.cost.measure import MeasuringEstimator
+    from collage_mlir.cost.records import OK
 
     if not isinstance(estimator, MeasuringEstimator):
         return {}
@@ -431,12 +433,14 @@ class _Slots:
 def report_data(module: ir.Module, record: Record,
                 measured: Mapping[str, float] | None = None,
                 rounds: int | None = None,
-                transition: Callable[[str, str, int], float] | None = None) -> dict:
+                transition: Callable[[str, str, int], float] | None = None,
+                chain_s: float | None = None) -> dict:
     """The report of an outlined `module` as plain JSON data (schema in `SCHEMA_PATH`): the
     one source of `report(format="json")`, `--json` and the HTML explain view. `measured`
     (region → seconds, from `profile` over `rounds`) adds the profile and each region's
     estimate error; `transition` (src backend, dst backend, bytes → seconds; NaN unknown:
-    the estimator's hand-off price) prices each hand-off and each region's inputs."""
+    the estimator's hand-off price) prices each hand-off and each region's inputs;
+    `chain_s` (the median whole run, with `measured`) adds the whole chain's error."""
     plan = build_plan(module)
     functions = region_functions(module)
     rows = {r.region: r for r in record.rows}
@@ -473,7 +477,8 @@ def report_data(module: ir.Module, record: Record,
             "left_out": [asdict(g) for g in record.rejected], "profile": None,
             "baselines": _baselines(record)}
     if measured is not None:
-        data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds)
+        data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds,
+                                   chain_s)
     return data
 
 
@@ -642,7 +647,7 @@ def _baselines(record: Record) -> dict:
 
 
 def _profile(regions: list[dict], measured: Mapping[str, float], estimated: float | None,
-             rounds: int | None) -> dict:
+             rounds: int | None, chain_s: float | None = None) -> dict:
     """Measured seconds per region (median call inside whole runs) beside the estimates;
     error = estimate - measured (and relative to measured), per region and in total (the
     total estimate includes hand-offs, the measured sum includes what each call paid for
@@ -658,4 +663,7 @@ def _profile(regions: list[dict], measured: Mapping[str, float], estimated: floa
     rel = [abs(r["error_rel"]) for r in regions if r["error_rel"] is not None]
     return {"rounds": rounds, "measured_total_s": total, "estimated_total_s": estimated,
             "error_s": error, "error_rel": error / total if error is not None and total > 0
-            else None, "region_error_median_abs_rel": statistics.median(rel) if rel else None}
+            else None, "region_error_median_abs_rel": statistics.median(rel) if rel else None,
+            "chain_s": chain_s,
+            "chain_error_rel": (estimated - chain_s) / chain_s
+            if estimated is not None and chain_s else None}

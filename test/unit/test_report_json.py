@@ -365,7 +365,7 @@ def test_cli_explain_partitions_a_model_file_first(tmp_path, schema):
     assert not list(tmp_path.glob("*/manifest.json")), "explain saved the model"
 
 
-def test_cli_run_json_has_the_profile(tmp_path, schema):
+def test_cli_run_json_has_the_profile(tmp_path, schema, capsys):
     from conftest import light_model_path
 
     from collage_mlir.tools.cli import main
@@ -379,6 +379,11 @@ def test_cli_run_json_has_the_profile(tmp_path, schema):
     jsonschema.validate(data, schema)
     assert data["profile"]["rounds"] == 2
     assert all(r["measured_s"] > 0 for r in data["regions"])
+    chain = data["profile"]["chain_s"]
+    assert chain > 0 and data["profile"]["chain_error_rel"] == pytest.approx(
+        (data["profile"]["estimated_total_s"] - chain) / chain)
+    printed = capsys.readouterr().out
+    assert "additive error: regions median |err|" in printed and "ms whole chain (" in printed
     page, explained = tmp_path / "p.html", tmp_path / "e.json"
     assert main(["explain", str(tmp_path / "m"), "-o", str(page), "--profile", "1",
                  "--json", str(explained)]) == 0

@@ -73,6 +73,25 @@ def test_whole_model_kept_when_it_runs_faster(monkeypatch):
     assert np.allclose(model.run({"t0": x})[0], _chain_ref(x))
 
 
+def test_a_replaced_pick_keeps_its_regions_in_the_record(monkeypatch, tmp_path):
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
+    model = compile_chain(["onnxruntime"])
+    lost = model.verdict.lost
+    assert [r.ops for r in lost.rows] == [1] * 12 and {r.backend for r in lost.rows} == {
+        "onnxruntime"}
+    assert lost.estimated_cost == pytest.approx(12e-6)
+    assert "the pick's 12 region(s) on onnxruntime, estimated 0.012 ms" in model.report()
+    data = json.loads(model.report(format="json"))
+    assert len(data["verdict"]["lost_pick"]["regions"]) == 12
+    again = collage_mlir.load(model.save(tmp_path / "m"))
+    assert json.loads(again.report(format="json"))["verdict"] == data["verdict"]
+    # the greedy baseline of the one backend is its whole model, at the search's price
+    (baseline,) = data["baselines"]["items"]
+    assert baseline["name"] == "partition_for_onnxruntime"
+    assert baseline["estimated_s"] == pytest.approx(12 * 1.2e-6)
+
+
 def _chain_ref(x: np.ndarray, n: int = 12) -> np.ndarray:
     for k in range(n):
         x = np.maximum(x, 0) if k % 2 else -x
