@@ -367,7 +367,9 @@ function regionRows(r){
      outs=h.filter(function(x){return x.from===r.name;});
  var bytes=function(l){return l.reduce(function(a,x){return a+x.bytes;},0);};
  var s=row("region",esc(r.name))+row("backend",'<span style="color:'+C[r.backend]+'">&#9632;</span> '+esc(r.backend))
-  +row("ops",r.ops.length+" ("+esc(r.op_types)+")")+row("estimated",ms(r.estimated_s))
+  +row("ops",r.ops.length+" ("+esc(r.op_types)+")")+row("estimated",ms(r.estimated_s)
+   +(r.spread!==null&&r.spread!==undefined?' <span class="muted">spread '
+   +(r.spread*100).toFixed(0)+"%</span>":""))
   +row("runner-up",r.runner_up?esc(r.runner_up.backend)+" "+ms(r.runner_up.estimated_s):"-")
   +row("won by",esc(r.won_by||"-"))+row("why",esc(r.why));
  if(r.measured_s!==null)s+=row("measured",ms(r.measured_s)+" (error "+ms(r.error_s)+")");
@@ -395,12 +397,27 @@ function overview(){
   +row("hand-offs",ms(R.totals.handoffs_s)+" ("+R.handoffs.length+" values)")
   +row("backends used",esc(R.backends.used.join(", ")))
   +row("considered",esc(R.backends.considered.join(", ")||"-"));
+ (R.backends.skipped||[]).forEach(function(k){s+=row("skipped "+k.backend,esc(k.reason));});
  if(R.profile)s+=row("measured",ms(R.profile.measured_total_s)+" (estimate error "
-  +ms(R.profile.error_s)+")");
+  +ms(R.profile.error_s)+")")+(R.profile.chain_s?row("whole chain",ms(R.profile.chain_s)
+  +" (estimate error "+((R.profile.chain_error_rel||0)*100).toFixed(0)+"%)"):"");
  s+="</table><h3>End-to-end check</h3>";
  s+=R.verdict?"<table>"+R.verdict.contenders.map(function(c){return row(c.name,ms(c.median_s)
   +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")+"</table>"
   :'<p class="muted">not run (table costs, --no-verify, or no whole-model alternative within reach)</p>';
+ var L=R.verdict&&R.verdict.lost_pick;
+ if(L)s+='<h3 id="lost-pick">The search\'s pick, replaced</h3><table>'
+  +row("estimated",ms(L.estimated_s)+" over "+L.regions.length+" region(s)")
+  +L.regions.map(function(r){return row(r.name,'<span style="color:'+(C[r.backend]||"#999")
+   +'">&#9632;</span> '+esc(r.backend)+" "+r.ops+" ops ("+esc(r.op_types)+") "
+   +ms(r.estimated_s));}).join("")+"</table>";
+ var B=R.baselines;
+ if(B&&B.items.length)s+='<h3 id="baselines">Greedy baselines</h3><table>'+B.items.map(function(b){
+  return row(b.name,(b.estimated_s!==null?ms(b.estimated_s):"no estimate")+", "+b.regions
+   +" region(s)"+(b.reason?' <span class="muted">'+esc(b.reason)+"</span>":"")
+   +(b.name===B.best?" <b>best</b>":""));}).join("")
+  +(B.apparent_loss_estimated_s!==null?row("apparent loss (est.)",
+   ms(B.apparent_loss_estimated_s)):"")+"</table>";
  s+="<h3>Phases</h3><table>"+Object.keys(R.phases_s).map(function(k){
   return row(k,R.phases_s[k].toFixed(2)+" s");}).join("")+"</table>";
  if(R.left_out.length)s+="<h3>Candidates left out</h3><table>"+R.left_out.map(function(g){
@@ -445,6 +462,8 @@ if(R.verdict)parts.push("end-to-end check: "+R.verdict.contenders.map(function(c
 else parts.push("end-to-end check: not run");
 if(R.profile)parts.push("measured "+ms(R.profile.measured_total_s)+" (estimate error "
  +ms(R.profile.error_s)+")");
+if(R.baselines&&R.baselines.best)parts.push("best greedy baseline "+esc(R.baselines.best)
+ +", apparent loss (est.) "+ms(R.baselines.apparent_loss_estimated_s));
 if(R.left_out.length)parts.push(R.left_out.reduce(function(a,g){return a+g.count;},0)
  +" candidates left out");
 document.getElementById("summary").innerHTML=parts.join(" &middot; ");
