@@ -15,6 +15,7 @@ from collage_mlir.driver import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_EXITS,
     DEFAULT_TIMEOUT_S,
+    REFINE_BUDGET_S,
     ModelInput,
     PartitionOptions,
     partition,
@@ -30,7 +31,9 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             progress: bool = False, verify: bool | None = None,
             verify_budget_s: float = 3.0,
             input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            measure_budget_s: float | None = None,
+            kernel_budget_s: float | None = None, measure_budget_s: float | None = None,
+            prune: bool = True, merge: bool = True,
+            refine_budget_s: float = REFINE_BUDGET_S,
             executor: str | RemoteExecutor | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
@@ -43,8 +46,14 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     `verify_budget_s` bounds that timing. `input_shapes` (input name → dims) makes a model
     with dynamic inputs static; the result runs on those shapes only. `timeout_s`: longest
     one candidate may take to compile, check and time (past it the candidate is out of this
-    run, cached as a retryable timeout); `measure_budget_s`: seconds of timing per kernel at
-    most (default 1). `executor`: where candidates are measured: None or "local" on this
+    run, cached as a retryable timeout); `kernel_budget_s`: seconds of timing per kernel at
+    most (default 1). `measure_budget_s`: seconds the measure phase may take — whole models
+    and single ops are always measured, then larger candidates until the budget is spent
+    (default: no limit); `prune` skips larger candidates that cannot win given the single
+    ops (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
+    where the union measures no slower (`collage_mlir.search.merge`). `refine_budget_s`:
+    seconds for timing the pick's neighbours end to end after the check (0: off;
+    `collage_mlir.check.refine`). `executor`: where candidates are measured: None or "local" on this
     machine, "ray" on this machine's Ray cluster (or a local one started for the run),
     "ray://HOST:PORT" through Ray Client, or a `cost.remote.RemoteExecutor` (kept open).
     The report lists the candidates left out, per backend and reason.
@@ -54,5 +63,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,
         max_exits=max_exits, placement=placement, cost=cost, verify=verify,
         verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
-        timeout_s=timeout_s, measure_budget_s=measure_budget_s, executor=executor)
+        timeout_s=timeout_s, kernel_budget_s=kernel_budget_s,
+        measure_budget_s=measure_budget_s, prune=prune, merge=merge,
+        refine_budget_s=refine_budget_s, executor=executor)
     return partition(model, options, estimator)

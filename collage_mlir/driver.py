@@ -12,7 +12,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -42,6 +42,7 @@ from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import Rejection, ReportRow, run_notes, summarize_op_types
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
+from collage_mlir.search.prune import dominated, stages
 from collage_mlir.search.search import search
 from collage_mlir.static_shapes import InputShapes
 
@@ -73,8 +74,13 @@ class PartitionOptions:
     progress: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
     """Longest one candidate may take to compile, check and time before it is a timeout."""
-    measure_budget_s: float | None = None
+    kernel_budget_s: float | None = None
     """Seconds of timing per kernel at most (None: `MeasureSettings`' default)."""
+    measure_budget_s: float | None = None
+    """Seconds the measure phase may take before it stops measuring multi-op candidates
+    (None: no limit)."""
+    prune: bool = True
+    """Skip multi-op candidates that cannot win given the single ops (`search.prune`)."""
     merge: bool = True
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
     refine_budget_s: float = REFINE_BUDGET_S
@@ -161,22 +167,22 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
 
 
 def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
-                   timeout_s: float = DEFAULT_TIMEOUT_S, measure_budget_s: float | None = None,
+                   timeout_s: float = DEFAULT_TIMEOUT_S, kernel_budget_s: float | None = None,
                    executor: str | RemoteExecutor | None = None) -> CostEstimator:
     """'measure' → the measuring estimator (real backends + cache; `timeout_s` per
-    candidate, `measure_budget_s` of timing per kernel, measured where `executor` says);
+    candidate, `kernel_budget_s` of timing per kernel, measured where `executor` says);
     'table:FILE' → a table."""
     if not 0 < timeout_s < math.inf:
         raise CollageError(f"timeout {timeout_s}: must be a positive number of seconds")
-    if measure_budget_s is not None and not 0 < measure_budget_s < math.inf:
-        raise CollageError(f"measure budget {measure_budget_s}: must be a positive number "
+    if kernel_budget_s is not None and not 0 < kernel_budget_s < math.inf:
+        raise CollageError(f"kernel budget {kernel_budget_s}: must be a positive number "
                            "of seconds")
     if cost == "measure":
         from collage_mlir.cost.measure import MeasuringEstimator
         from collage_mlir.cost.protocol import MeasureSettings
 
-        settings = (None if measure_budget_s is None
-                    else MeasureSettings(budget_s=measure_budget_s))
+        settings = (None if kernel_budget_s is None
+                    else MeasureSettings(budget_s=kernel_budget_s))
         return MeasuringEstimator(list(backends), cache_path=cache, timeout_s=timeout_s,
                                   settings=settings, executor=executor)
     if cost.startswith("table:"):
@@ -187,14 +193,17 @@ def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike 
 
 
 def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
-            backends: Sequence[str], progress: bool = False) -> list[float]:
-    """Every candidate's cost, then every backend pair's hand-off cost once: a measuring
-    estimator runs its transition experiment here (about a minute on an empty cache) rather
-    than lazily inside the search, so the phase timings say where the time went."""
-    bar = ProgressBar("measuring") if progress else None
-    costs = estimator.estimate(candidates, progress=bar)
-    if bar:
-        bar.close()
+            backends: Sequence[str], progress: bool = False, *,
+            graph: DataflowGraph | None = None, budget_s: float | None = None,
+            prune: bool = True) -> tuple[list[float], dict[int, str]]:
+    """Every backend pair's hand-off cost, then the candidates' costs in stages
+    (`search.prune.stages`: single ops, whole models, the rest largest first), and why some
+    were not measured (index → reason): dominated given the single ops (`prune`) or left
+    when `budget_s` seconds were spent. Single ops and whole models are always measured, so
+    a cover exists whatever the budget. A measuring estimator runs its hand-off experiment
+    here (about a minute on an empty cache), not lazily inside the search, so the phase
+    timings say where the time went."""
+    start = time.perf_counter()
     pairs = [(a, b) for a in backends for b in backends]
     bar = ProgressBar("hand-offs") if progress else None
     for k, (a, b) in enumerate(pairs):
@@ -203,18 +212,56 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             bar(k + 1, len(pairs))
     if bar:
         bar.close()
-    return costs
+    costs = [math.nan] * len(candidates)
+    left: dict[int, str] = {}
+    groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
+    bar = ProgressBar("measuring") if progress else None
+    done = 0
+    for n, group in enumerate(groups):
+        if n >= 2 and prune:
+            known = {k: costs[k] for g in groups[:n] for k in g}
+            out = dominated(graph, candidates, group, known, estimator.transition_cost)
+            left.update(out)
+            group = [k for k in group if k not in out]
+            done += len(out)
+        for chunk in _chunks(group, MEASURE_CHUNK if n >= 2 and budget_s else len(group)):
+            if n >= 2 and budget_s is not None and time.perf_counter() - start > budget_s:
+                left.update({k: f"not measured: the measure budget ({budget_s:g} s) was "
+                                "spent" for k in chunk})
+                continue
+            got = estimator.estimate([candidates[k] for k in chunk], progress=(
+                (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar else None))
+            for k, cost in zip(chunk, got, strict=True):
+                costs[k] = cost
+            done += len(chunk)
+    if bar:
+        bar.close()
+    for k in left:
+        costs[k] = math.inf
+    return costs, left
+
+
+MEASURE_CHUNK = 64
+"""Candidates measured per call once a budget is set: the budget is checked between calls."""
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), max(size, 1)):
+        yield list(items[i:i + size])
 
 
 def rejections(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-               costs: Sequence[float], estimator: CostEstimator) -> list[Rejection]:
+               costs: Sequence[float], estimator: CostEstimator,
+               unmeasured: Mapping[int, str] | None = None) -> list[Rejection]:
     """The candidates out of the search (+inf) or unknown (NaN), grouped per backend and
-    reason (numbers in the reason do not split a group), most frequent first."""
+    reason (numbers in the reason do not split a group), most frequent first. `unmeasured`:
+    index → why a candidate was not measured (pruned, out of budget)."""
     groups: dict[tuple[str, str], Rejection] = {}
-    for c, cost in zip(candidates, costs, strict=True):
+    for k, (c, cost) in enumerate(zip(candidates, costs, strict=True)):
         if not (math.isinf(cost) or math.isnan(cost)):
             continue
-        reason = estimator.reason(c) or ("unknown cost" if math.isnan(cost) else "invalid")
+        reason = ((unmeasured or {}).get(k) or estimator.reason(c)
+                  or ("unknown cost" if math.isnan(cost) else "invalid"))
         g = groups.setdefault((c.backend, _reason_group(reason)),
                               Rejection(c.backend, reason.splitlines()[0]))
         g.count += 1
@@ -323,16 +370,21 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                 max_depth=options.max_depth)
         candidates = annotate(graph, names, config, options.placement)
     owns_estimator = estimator is None
+    if options.measure_budget_s is not None and not 0 < options.measure_budget_s < math.inf:
+        raise CollageError(f"measure budget {options.measure_budget_s}: must be a positive "
+                           "number of seconds")
     verify = options.verify
     if verify is None:
         verify = options.cost == "measure" and owns_estimator
     estimator = estimator or make_estimator(options.cost, names, options.cache,
-                                            options.timeout_s, options.measure_budget_s,
+                                            options.timeout_s, options.kernel_budget_s,
                                             executor=options.executor)
     try:
         with _timed(timings, "measure"):
-            costs = measure(estimator, candidates, names, options.progress)
-            rejected = rejections(graph, candidates, costs, estimator)
+            costs, unmeasured = measure(estimator, candidates, names, options.progress,
+                                        graph=graph, budget_s=options.measure_budget_s,
+                                        prune=options.prune)
+            rejected = rejections(graph, candidates, costs, estimator, unmeasured)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator)
         merges: list[Merge] = []

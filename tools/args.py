@@ -132,3 +132,14 @@ def positive_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     return _positive(text, float, "a number")
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+    return value

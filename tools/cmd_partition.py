@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S
 from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
@@ -14,6 +14,7 @@ from collage_mlir.tools.args import (
     check_output_dir,
     cost_table_format,
     input_shapes,
+    non_negative_float,
     positive_float,
     positive_int,
 )
@@ -38,6 +39,18 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "is left out as a timeout (retried by a later run)")
     p.add_argument("--budget", type=positive_float, default=None, metavar="S",
                    help="seconds of timing per kernel at most (default 1)")
+    p.add_argument("--measure-budget", type=positive_float, default=None, metavar="S",
+                   help="seconds the measure phase may take: whole models and single ops "
+                        "are always measured, larger candidates until it is spent (the "
+                        "report counts those left unmeasured; default: no limit)")
+    p.add_argument("--no-prune", dest="prune", action="store_false",
+                   help="measure every candidate, also those the single ops show cannot win")
+    p.add_argument("--no-merge", dest="merge", action="store_false",
+                   help="keep the search's regions as they are (no joining of adjacent "
+                        "regions on one backend after the search)")
+    p.add_argument("--refine-budget", type=non_negative_float, default=REFINE_BUDGET_S,
+                   metavar="S", help="seconds for timing the pick's neighbours end to end "
+                                     "(flips to a runner-up, joined regions); 0 turns it off")
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")
@@ -64,7 +77,9 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 cache=args.cache, max_depth=args.max_depth,
                                 placement=args.placement, cost=args.cost, progress=True,
                                 verify=args.verify, input_shapes=input_shapes(args),
-                                timeout_s=args.timeout, measure_budget_s=args.budget,
+                                timeout_s=args.timeout, kernel_budget_s=args.budget,
+                                measure_budget_s=args.measure_budget, prune=args.prune,
+                                merge=args.merge, refine_budget_s=args.refine_budget,
                                 executor=args.measure_on)
 
 

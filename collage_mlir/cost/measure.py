@@ -228,6 +228,7 @@ class MeasuringEstimator(CostEstimator):
         self._sleep = time.sleep
         self._transition_timeout_s = transition_timeout_s
         self.stats = EstimateStats()
+        self._seen = _Run()  # what earlier `estimate` calls of this run learnt
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
         self._stores_written = 0
@@ -401,7 +402,7 @@ class MeasuringEstimator(CostEstimator):
                 progress(done, total)
 
         previous: dict[str, Measurement] = {}
-        run = _Run()
+        run = _Run(self._seen.cleared, {b: dict(h) for b, h in self._seen.hung.items()})
         timed_out: list[Measurement] = []
         for key, m in self.cache.get_many(waiting).items():
             if self._is_hit(m):
@@ -527,7 +528,9 @@ class MeasuringEstimator(CostEstimator):
             types = _op_types(sub_graph)
             if m.status == TIMEOUT:
                 for t in sorted(types - cleared):
-                    hung.setdefault(t, f"skipped: {info.name} hung on {t} earlier in this run")
+                    why = f"skipped: {info.name} hung on {t} earlier in this run"
+                    hung.setdefault(t, why)
+                    self._seen.hung.setdefault(info.name, {}).setdefault(t, why)
             else:
                 cleared.update(types)
             if m.status != OK:
@@ -732,7 +735,10 @@ def _op_types(sub_graph: SubGraph) -> set[str]:
 
 @dataclass
 class _Run:
-    """What one `estimate` call learns across backends."""
+    """What one `estimate` call learns across backends. The estimator keeps the op types
+    cleared and the hangs seen live for its later calls (the driver measures one partition
+    run in stages: a hang on an op type in one stage skips it in the next); a cached
+    timeout that stands counts in its own call only."""
 
     cleared: dict[str, set[str]] = field(default_factory=dict)
     """backend → op types it did not hang on in this run (cached rows included)."""

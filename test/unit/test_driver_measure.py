@@ -70,21 +70,21 @@ def test_reasons_differing_in_numbers_are_one_group():
 
 def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, monkeypatch):
     est = driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=2.5,
-                                measure_budget_s=0.05)
+                                kernel_budget_s=0.05)
     with est:
         assert est.timeout_s == 2.5 and est.settings.budget_s == 0.05
     with pytest.raises(CollageError, match="timeout 0"):
         driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=0)
     seen = {}
 
-    def spy(cost, backends, cache, timeout_s, measure_budget_s, executor=None):
-        seen.update(timeout_s=timeout_s, budget=measure_budget_s)
+    def spy(cost, backends, cache, timeout_s, kernel_budget_s, executor=None):
+        seen.update(timeout_s=timeout_s, budget=kernel_budget_s)
         raise CollageError("stop here")
 
     monkeypatch.setattr(driver, "make_estimator", spy)
     with pytest.raises(CollageError, match="stop here"):
         collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["onnxruntime"],
-                             timeout_s=7.0, measure_budget_s=0.3)
+                             timeout_s=7.0, kernel_budget_s=0.3)
     assert seen == {"timeout_s": 7.0, "budget": 0.3}
 
 
@@ -101,10 +101,15 @@ def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
     model = Path(tmp_path / "m.onnx")
     onnx.save(onnx.parser.parse_model(MODEL), str(model))
     argv = ["partition", str(model), "--backends", "onnxruntime", "-o", str(tmp_path / "o")]
-    assert main([*argv, "--timeout", "5", "--budget", "0.25"]) == 1
-    assert (seen["timeout_s"], seen["measure_budget_s"]) == (5.0, 0.25)
+    assert main([*argv, "--timeout", "5", "--budget", "0.25", "--measure-budget", "90",
+                 "--refine-budget", "0", "--no-merge", "--no-prune"]) == 1
+    assert (seen["timeout_s"], seen["kernel_budget_s"], seen["measure_budget_s"]) == \
+        (5.0, 0.25, 90.0)
+    assert (seen["refine_budget_s"], seen["merge"], seen["prune"]) == (0.0, False, False)
     assert main(argv) == 1
-    assert (seen["timeout_s"], seen["measure_budget_s"]) == (60.0, None)
+    assert (seen["timeout_s"], seen["kernel_budget_s"], seen["measure_budget_s"]) == \
+        (60.0, None, None)
+    assert (seen["merge"], seen["prune"]) == (True, True) and seen["refine_budget_s"] > 0
 
 
 def test_compile_measures_with_its_timeout_and_a_hang_costs_one_timeout(tmp_path, doubles,
@@ -117,7 +122,7 @@ def test_compile_measures_with_its_timeout_and_a_hang_costs_one_timeout(tmp_path
     monkeypatch.setenv("COLLAGE_FAULT_ON", "Sigmoid")
     model = collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["numpy_test", "fault"],
                                  cache=tmp_path / "c.sqlite", timeout_s=1.5,
-                                 measure_budget_s=0.02, verify=False, max_depth=2)
+                                 kernel_budget_s=0.02, verify=False, max_depth=2)
     groups = {g.reason: g for g in model.rejected if g.backend == "fault"}
     assert groups["timeout: timed out after 1.5 s while measuring"].count == 1
     skipped = groups["error: skipped: fault hung on Sigmoid earlier in this run"]

@@ -1,0 +1,96 @@
+"""Staged measuring (search/prune.py, driver.measure): order, pruning, the phase budget."""
+
+from __future__ import annotations
+
+import math
+
+from test_search import cand, graph_of
+
+from collage_mlir import driver
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.search.prune import dominated, stages
+from collage_mlir.search.search import search
+
+
+class PerOp(CostEstimator):
+    """Test double: a region costs `per_op[backend]` per op, times 0.8 when fused (more than
+    one op); hand-offs cost nothing. Records every batch it is asked to cost."""
+
+    def __init__(self, per_op: dict[str, float]) -> None:
+        self.per_op, self.batches = per_op, []
+
+    def estimate(self, candidates, progress=None):
+        self.batches.append(list(candidates))
+        return [self.per_op[c.backend] * len(c.sub_graph.nodes)
+                * (0.8 if len(c.sub_graph.nodes) > 1 else 1.0) for c in candidates]
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return 0.0
+
+
+def chain_candidates(backends=("fast", "slow")):
+    """A 4-op chain: every single op, every adjacent pair and the whole chain, per backend."""
+    graph, n = graph_of([[], [0], [1], [2]])
+    spans = [[k] for k in range(4)] + [[k, k + 1] for k in range(3)] + [[0, 1, 2, 3]]
+    return graph, [cand(graph, [n[k] for k in span], b) for b in backends for span in spans]
+
+
+def test_stages_are_single_ops_then_whole_models_then_the_rest_largest_first():
+    graph, cands = chain_candidates()
+    single, whole, rest = stages(graph, cands)
+    assert all(cands[k].inside == graph.op_bits for k in whole) and len(whole) == 2
+    assert all(len(cands[k].sub_graph.nodes) == 1 for k in single) and len(single) == 8
+    sizes = [len(cands[k].sub_graph.nodes) for k in rest]
+    assert sizes == sorted(sizes, reverse=True) and len(rest) == 6
+
+
+def test_a_backend_ten_times_slower_per_op_loses_its_fused_regions_to_pruning():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 10.0})
+    single, whole, rest = stages(graph, cands)
+    known = dict(zip(single, est.estimate([cands[k] for k in single]), strict=True))
+    out = dominated(graph, cands, rest, known, None)
+    assert {cands[k].backend for k in out} == {"slow"}
+    assert len(out) == 3  # every fused pair on slow; none on fast
+    assert all("pruned" in why and "one by one on fast" in why for why in out.values())
+
+
+def test_backends_that_compete_op_by_op_keep_their_fused_regions():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 1.5})
+    single, whole, rest = stages(graph, cands)
+    known = dict(zip(single, est.estimate([cands[k] for k in single]), strict=True))
+    assert dominated(graph, cands, rest, known, None) == {}
+
+
+def test_pruning_keeps_the_pick_and_skips_the_dominated_measurements():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 10.0})
+    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph)
+    full = PerOp({"fast": 1.0, "slow": 10.0}).estimate(cands)
+    measured = [c for batch in est.batches for c in batch]
+    assert len(measured) == len(cands) - len(left) and len(left) == 3
+    assert search(graph, cands, costs, None).candidates == search(graph, cands, full,
+                                                                  None).candidates
+    assert [len(b) for b in est.batches] == [8, 2, 3]  # single, whole, the unpruned rest
+    rejected = driver.rejections(graph, cands, costs, est, left)
+    assert [(r.backend, r.count) for r in rejected] == [("slow", 3)]
+    assert rejected[0].reason.startswith("pruned")
+
+
+def test_a_spent_budget_leaves_the_rest_unmeasured_but_a_cover_stays():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 1.5})
+    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph, budget_s=1e-9)
+    assert len(left) == 6 and all("measure budget" in why for why in left.values())
+    assert all(math.isinf(costs[k]) for k in left)
+    assert [len(b) for b in est.batches] == [8, 2]
+    pick = search(graph, cands, costs, None)
+    assert math.isfinite(pick.total_cost)
+
+
+def test_without_pruning_everything_is_measured():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 10.0})
+    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph, prune=False)
+    assert left == {} and sum(len(b) for b in est.batches) == len(cands)
