@@ -118,9 +118,12 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     ran faster beyond the noise, or None; and the record of what was tried."""
     start = time.perf_counter()
     record = Refinement()
-    pick = incumbent.partitioning
-    if pick is None or budget_s <= 0 or len(pick.choices) < 2:
+    if incumbent.partitioning is None or budget_s <= 0 or len(incumbent.partitioning.choices) < 2:
         return None, record
+    # the incumbent's graph was outlined away: price the neighbours on the pristine one
+    graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+    pick = _rebased(incumbent.partitioning, graph)
+    candidates = [_moved(c, graph) for c in candidates]
     inputs = model_inputs(pristine)
     reference = incumbent.run(inputs)
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
@@ -185,7 +188,7 @@ def _build(pristine: ir.Module, nb: Partitioning, incumbent: PartitionedModel, r
 def _kernels_by_region(model: PartitionedModel) -> Mapping[tuple[str, int], Kernel]:
     """(backend, node bits) → the model's compiled kernel for that region."""
     p = model.partitioning
-    name = function_name(p.graph.func_op)
+    name = function_name(p.graph.func_op)  # the function outlived the outlining
     out = {}
     for k, ch in enumerate(p.choices):
         kernel = model.kernels.get(region_name(name, ch.candidate.backend, k))
@@ -196,12 +199,16 @@ def _kernels_by_region(model: PartitionedModel) -> Mapping[tuple[str, int], Kern
 
 def _rebased(p: Partitioning, graph: DataflowGraph) -> Partitioning:
     """`p` over `graph` (a copy of the same function: node numbers agree)."""
-    def move(c: CandidatePartition | None) -> CandidatePartition | None:
-        return None if c is None else CandidatePartition(SubGraph(graph, c.inside), c.backend,
-                                                         c.rule_name)
-    choices = tuple(Choice(move(ch.candidate), ch.cost, move(ch.runner_up), ch.runner_up_cost)
+    choices = tuple(Choice(_moved(ch.candidate, graph), ch.cost,
+                           _moved(ch.runner_up, graph) if ch.runner_up else None,
+                           ch.runner_up_cost)
                     for ch in p.choices)
     return Partitioning(graph, choices, p.total_cost, p.transition_cost, p.states)
+
+
+def _moved(c: CandidatePartition, graph: DataflowGraph) -> CandidatePartition:
+    """`c` over `graph`, a copy of its function."""
+    return CandidatePartition(SubGraph(graph, c.inside), c.backend, c.rule_name)
 
 
 def _replaced(pick: Partitioning, drop: set[int], new: Choice,

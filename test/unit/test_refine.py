@@ -129,3 +129,33 @@ def test_a_neighbour_with_wrong_numbers_is_never_timed(doubles, monkeypatch):
 def test_no_budget_no_refinement(doubles, monkeypatch):
     _, better, record, _ = run_refine(doubles, lambda n: 1e-3, monkeypatch, budget_s=0)
     assert better is None and record.trials == []
+
+
+def test_compile_refines_the_checked_pick_and_records_it(monkeypatch):
+    """Through `collage_mlir.compile`: the check keeps the split pick, refinement joins two
+    regions (injected as faster) and the result runs right and says what was tried."""
+    from test_verify import _chain_ref, compile_chain, fake_timings
+
+    from collage_mlir.check import verify
+
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 1e-3, "onnxruntime whole": 2e-3}))
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 0.5e-3 if n.startswith("join region 0 ") else 1e-3))
+    model = compile_chain(["onnxruntime"], refine_budget_s=5.0)
+    assert model.verdict.kept == verify.PICK
+    assert [t.kept for t in model.refinement.trials].count(True) == 1
+    assert len(model.plan.steps) == 11 and "refine" in model.timings
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    assert np.allclose(model.run([x])[0], _chain_ref(x))
+
+
+def test_no_refinement_when_the_check_replaced_the_pick(monkeypatch):
+    from test_verify import compile_chain, fake_timings
+
+    from collage_mlir.check import verify
+
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
+    model = compile_chain(["onnxruntime"], refine_budget_s=5.0)
+    assert model.verdict.kept == "onnxruntime whole" and model.refinement is None

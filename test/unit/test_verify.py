@@ -58,6 +58,9 @@ def fake_timings(medians: dict[str, float]):
 
 
 def compile_chain(backends, **kwargs):
+    """The chain under SplitFavouringEstimator, checked; no refinement (check/refine.py has
+    its own tests) unless asked for."""
+    kwargs.setdefault("refine_budget_s", 0)
     return collage_mlir.compile(relu_chain(), backends=backends,
                                 estimator=SplitFavouringEstimator(), verify=True, **kwargs)
 
