@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from collage_mlir.backends.base import Backend, Kernel
+from collage_mlir.backends.base import Backend, Kernel, aligned_empty
 from collage_mlir.cost.key import KEY_VERSION, host_fingerprint
 
 SIZES = (256, 16_384, 262_144, 1_048_576)
@@ -127,7 +127,8 @@ def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
                     raise k
             kernels.append(compiled)
         ring = [k for pair in zip(*kernels, strict=True) for k in pair]
-        x = [np.random.default_rng(n).standard_normal(n, dtype=np.float32)]
+        x = [aligned_empty((n,), np.float32)]  # as a kernel's output is (IREE copies others)
+        x[0][...] = np.random.default_rng(n).standard_normal(n, dtype=np.float32)
         points.append((4 * n, _hand_offs(ring, x, repeats, budget_s)))
     return points, list(points)
 
