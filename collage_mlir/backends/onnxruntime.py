@@ -146,15 +146,19 @@ class OrtKernel(Kernel):
         owned: list[np.ndarray | None] = []
         self._binding.clear_binding_outputs()
         for name, value, static in zip(self.output_names, first, self._static, strict=True):
-            if static and value.dtype.kind in "biufc" and value.size:
+            buf = None
+            if static and isinstance(value, np.ndarray) and value.dtype.kind in "biufc" \
+                    and value.size:
                 buf = aligned_empty(value.shape, value.dtype)
                 buf[...] = value
-                self._binding.bind_output(name, "cpu", 0, value.dtype.type, list(value.shape),
-                                          buf.ctypes.data)
-                owned.append(buf)
-            else:
+                try:
+                    self._binding.bind_output(name, "cpu", 0, value.dtype.type,
+                                              list(value.shape), buf.ctypes.data)
+                except Exception:  # a type onnxruntime cannot bind: it allocates
+                    buf = None
+            if buf is None:
                 self._binding.bind_output(name, "cpu")
-                owned.append(None)
+            owned.append(buf)
         self._owned = owned
         return [o if o is not None else v for o, v in zip(owned, first, strict=True)]
 

@@ -39,7 +39,7 @@ SIZES = (256, 16_384, 262_144, 1_048_576)
 """f32 elements per experiment: 1 KiB, 64 KiB, 1 MiB, 4 MiB."""
 
 Point = tuple[int, float]
-METHOD = "ring-2"  # part of the key: a changed experiment must not reuse old numbers
+METHOD = "ring-3"  # part of the key: a changed experiment must not reuse old numbers
 
 
 def transition_key(src: str, src_version: str, dst: str, dst_version: str,

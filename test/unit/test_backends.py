@@ -284,3 +284,29 @@ def test_aligned_empty_is_aligned_and_shaped() -> None:
         a = aligned_empty(shape, dtype)
         assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
         assert a.ctypes.data % ALIGNMENT == 0 or a.size == 0
+
+
+CASTS = '''g (float[2,8] x) => (bool[2,8] b, int64[2,8] i) {
+  b = Cast<to=9>(x)
+  i = Cast<to=7>(x)
+}'''
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_reused_outputs_of_other_types_hold_each_calls_values(name: str) -> None:
+    """Bool and int64 outputs go through the kernel's own buffers (or the backend's) too."""
+    backend = _backend(name)
+    graph = _graph(CASTS)
+    kernel = backend.compile(SubGraph(graph, graph.op_bits).extract("casts"))
+    rng = np.random.default_rng(5)
+    kept = []
+    for _ in range(2):
+        x = np.round(rng.standard_normal((2, 8)) * 3).astype(np.float32)
+        b, i = kernel.run_borrowed([x])
+        np.testing.assert_array_equal(b, x != 0)
+        np.testing.assert_array_equal(i, x.astype(np.int64))
+        kept.append((x, kernel.run([x])))
+    for x, (b, i) in kept:
+        assert b.dtype == np.bool_ and i.dtype == np.int64
+        np.testing.assert_array_equal(b, x != 0)
+        np.testing.assert_array_equal(i, x.astype(np.int64))
