@@ -70,8 +70,9 @@ BENCH_RESOURCE = "collage_bench"
 GROUPS_PER_NODE = 2
 """Groups per backend per measuring node: enough that a node finishing early takes another
 group, few enough that each worker start is spread over several regions."""
-MIN_GROUP = 4
-"""Fewest regions in a group (a worker start costs about a second)."""
+MIN_GROUP = 8
+"""Fewest regions in a group (a worker start costs a second or two: python, the IR bindings,
+the backend and the reference)."""
 REQUEUE = 1
 """How many times the regions of a lost task are sent again."""
 LIVENESS_POLL_S = 10.0
@@ -102,6 +103,8 @@ class RayExecutor(RemoteExecutor):
         self.address = address
         self.requeue = requeue
         self._owns_connection = self._connect(address)
+        self._run_group = self.ray.remote(run_group)
+        self._probe = self.ray.remote(probe_node)
         self.kind: HostKind | None = None
         self._nodes: list[str] = []
         self._pinned = False
@@ -111,6 +114,9 @@ class RayExecutor(RemoteExecutor):
         """Every task that ended, in the order they ended (for the scaling benchmark)."""
         self.requeued = 0
         """Regions sent again after their task was lost."""
+        self.waited_s = 0.0
+        """Seconds the driver spent waiting for the cluster (the rest of a run's time in
+        `measure` is the driver's own work)."""
 
     def _connect(self, address: str | None) -> bool:
         """Connect this process; True when it called `ray.init` (and so disconnects)."""
@@ -151,8 +157,7 @@ class RayExecutor(RemoteExecutor):
             raise CollageError(f"no node of the Ray cluster offers the '{BENCH_RESOURCE}' "
                                f"resource; start measuring nodes with ray start "
                                f"--resources='{{\"{BENCH_RESOURCE}\": 1}}'")
-        probe = ray.remote(probe_node)
-        refs = [probe.options(num_cpus=0, max_retries=1,
+        refs = [self._probe.options(num_cpus=0, max_retries=1,
                               scheduling_strategy=_on_node(node)).remote(dict(specs),
                                                                           list(sys_path))
                 for node in nodes]
@@ -197,7 +202,9 @@ class RayExecutor(RemoteExecutor):
             while pending and len(live) < window:
                 flight = pending.popleft()
                 live[self._submit(flight)] = flight
+            waiting = time.perf_counter()
             ready, _ = ray.wait(list(live), num_returns=1, timeout=LIVENESS_POLL_S)
+            self.waited_s += time.perf_counter() - waiting
             if not ready:
                 if not self.bench_nodes():
                     for flight in [*live.values(), *pending]:
@@ -229,7 +236,7 @@ class RayExecutor(RemoteExecutor):
         shipped = {path: self._shipped[path] for path in flight.group.stores
                    if path in self._shipped}
         flight.reset()
-        return self.ray.remote(run_group).options(**options).remote(flight.group, shipped)
+        return self._run_group.options(**options).remote(flight.group, shipped)
 
     def _event(self, flight: _Flight, event: dict[str, Any], on_outcome: OutcomeCallback
                ) -> None:
@@ -240,6 +247,7 @@ class RayExecutor(RemoteExecutor):
             flight.needs_store = event["path"]
         elif kind == "result":
             flight.reported.add(event["key"])
+            flight.results.append(event["at"])
             bound = self._bound(flight.group.backend)
             on_outcome(Outcome(flight.group.backend, event["key"], event["result"],
                                flight.host or self.kind.fingerprint,
@@ -248,7 +256,8 @@ class RayExecutor(RemoteExecutor):
                                float(event.get("load") or 0.0)))
         elif kind == "done":
             self.tasks.append(TaskRecord(flight.node, flight.group.backend,
-                                         len(flight.group.items), flight.started, event["at"]))
+                                         len(flight.group.items), flight.started, event["at"],
+                                         tuple(flight.results)))
 
     def _ended(self, flight: _Flight, pending: collections.deque, on_outcome: OutcomeCallback
                ) -> None:
@@ -316,6 +325,8 @@ class TaskRecord:
     regions: int
     started: float
     ended: float
+    results: tuple[float, ...] = ()
+    """When each of its results was ready, in order."""
 
     @property
     def seconds(self) -> float:
@@ -334,6 +345,7 @@ class _Flight:
     node: str = ""
     started: float = 0.0
     needs_store: str | None = None
+    results: list[float] = field(default_factory=list)
 
     def reset(self) -> None:
         """Before (re)submitting: what a previous stream of this submission said is void,
@@ -438,6 +450,7 @@ def run_group(group: Group, shipped: dict[str, Any]) -> Iterator[dict[str, Any]]
     while (got := events.get()) is not None:
         key, result = got
         yield {"event": "result", "key": key, "result": result, "load": machine_load(),
+               "at": time.time(),
                "version": client.ready.get("version"), "options": client.ready.get("options")}
     yield {"event": "done", "at": time.time(), "restarts": client.restarts}
 

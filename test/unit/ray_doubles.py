@@ -79,3 +79,12 @@ class TaskKillingBackend(NumpyTestBackend):
             os.kill(os.getppid(), signal.SIGKILL)
             time.sleep(60)  # the watchdog ends this worker once its parent is gone
         return super().compile(module)
+
+
+class EnvReportingBackend(NumpyTestBackend):
+    """Fails every compile with the worker's OMP_NUM_THREADS in the reason."""
+
+    name = "env_reporting"
+
+    def compile(self, module: ir.Module) -> Kernel:
+        raise RuntimeError(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")

@@ -10,54 +10,41 @@ from __future__ import annotations
 
 import math
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import onnx.numpy_helper
 import onnx.parser
 import pytest
+from ray_doubles import OtherPacedTestBackend, PacedTestBackend
+from ray_setup import Cluster, ray
+from test_measure import FAST, MODEL, NUMPY
 
-RAY_REQUIREMENT = "ray[client]>=2.10"
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", RAY_REQUIREMENT],
-                             capture_output=True, text=True, timeout=600)
-        if pip.returncode != 0:
-            tail = (pip.stderr.strip().splitlines() or ["?"])[-1]
-            pytest.skip(f"ray is not installed and pip could not install it: {tail}",
-                        allow_module_level=True)
-        import ray
-    return ray
-
-
-ray = _import_ray()
-
-from ray.cluster_utils import Cluster  # noqa: E402
-from ray_doubles import OtherPacedTestBackend, PacedTestBackend  # noqa: E402
-from test_measure import FAST, MODEL, NUMPY  # noqa: E402
-
-import collage_mlir  # noqa: E402
-from collage_mlir.backends.registry import _extra, register_backend  # noqa: E402
-from collage_mlir.candidate import CandidatePartition  # noqa: E402
-from collage_mlir.cost.cache import ERROR, OK, MeasurementCache  # noqa: E402
-from collage_mlir.cost.key import host_fingerprint  # noqa: E402
-from collage_mlir.cost.measure import MeasuringEstimator  # noqa: E402
-from collage_mlir.cost.protocol import MeasureSettings, settings_dict  # noqa: E402
-from collage_mlir.cost.ray_executor import BENCH_RESOURCE, RayExecutor  # noqa: E402
-from collage_mlir.cost.remote import Group, RemoteItem, store_token  # noqa: E402
-from collage_mlir.driver import entry_graph  # noqa: E402
-from collage_mlir.export.resources import weight_store  # noqa: E402
-from collage_mlir.graph import SubGraph  # noqa: E402
-from collage_mlir.importer import import_onnx  # noqa: E402
+import collage_mlir
+from collage_mlir.backends.registry import _extra, register_backend
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost.cache import ERROR, OK, MeasurementCache
+from collage_mlir.cost.key import host_fingerprint, measurement_key
+from collage_mlir.cost.measure import MeasuringEstimator
+from collage_mlir.cost.protocol import MeasureSettings, settings_dict
+from collage_mlir.cost.ray_executor import BENCH_RESOURCE, RayExecutor
+from collage_mlir.cost.remote import (
+    BoundBackend,
+    Group,
+    HostKind,
+    Outcome,
+    RemoteExecutor,
+    RemoteItem,
+    store_token,
+)
+from collage_mlir.driver import entry_graph
+from collage_mlir.export.resources import weight_store
+from collage_mlir.graph import SubGraph
+from collage_mlir.importer import import_onnx
 
 PACED = "ray_doubles:PacedTestBackend"
 OTHER = "ray_doubles:OtherPacedTestBackend"
 KILLING = "ray_doubles:TaskKillingBackend"
+ENV_REPORTING = "ray_doubles:EnvReportingBackend"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +91,7 @@ class NoHandOffs(MeasuringEstimator):
         return 0.0
 
 
-STEADY = MeasureSettings(warmup=1, min_runs=7, max_runs=30, budget_s=0.05, cold_bytes=0)
+STEADY = MeasureSettings(warmup=1, min_runs=5, max_runs=30, budget_s=0.05, cold_bytes=0)
 """Enough calls that a busy machine's preemptions do not move a paced kernel's median."""
 
 
@@ -113,8 +100,8 @@ def test_a_partition_measured_on_ray_is_the_local_one(tmp_path, executor, paced)
     backend refuses Sigmoid), measured here and on Ray: the same regions on the same
     backends, and the Ray run's rows carry this machine's fingerprint (both simulated nodes
     are this machine) under the keys the local run used."""
-    backends = {PACED: {"per_call_ms": 3.0, "refuse": "Sigmoid"},
-                OTHER: {"per_call_ms": 1.0, "per_op_ms": 10.0}}
+    backends = {PACED: {"per_call_ms": 8.0, "refuse": "Sigmoid"},
+                OTHER: {"per_call_ms": 1.0, "per_op_ms": 20.0}}
     picks, keys = [], []
     for where, name in ((None, "local"), (executor, "ray")):
         cache = tmp_path / f"{name}.sqlite"
@@ -240,3 +227,73 @@ def test_measuring_on_ray_with_no_measuring_node_says_how_to_start_one(cluster):
         ex.bench_nodes = lambda: []
         with pytest.raises(collage_mlir.CollageError, match=rf"ray start --resources='{{\"{rex.BENCH_RESOURCE}"):
             ex.bind({"numpy_test": {"target": NUMPY, "options": {}}}, ())
+
+
+class FakeRemoteExecutor(RemoteExecutor):
+    """A test double: 'measures' every region at 1 ms on a machine whose fingerprint it
+    makes up (`bound` at bind, `measured` in each outcome)."""
+
+    def __init__(self, bound: str, measured: str) -> None:
+        self.bound, self.measured = bound, measured
+
+    def bind(self, specs, sys_path):
+        return HostKind(self.bound, {n: BoundBackend(s, "v1", "threads=7")
+                                     for n, s in specs.items()})
+
+    def measure(self, groups, on_outcome):
+        for g in groups:
+            for item in g.items:
+                on_outcome(Outcome(g.backend, item.key,
+                                   {"status": "ok", "median": 1e-3, "p90": 1e-3,
+                                    "spread": 0.0, "runs": 5, "error": ""},
+                                   self.measured, "v1", "threads=7"))
+
+
+def test_rows_are_keyed_by_the_machine_that_measured_them(tmp_path):
+    """Keys carry the measuring machines' fingerprint and backend build: a local run on
+    the same cache does not take their numbers; a result from a machine of another kind
+    than the one bound is cached under its own key and is no answer for this run."""
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = entry_graph(module)
+    cache = tmp_path / "c.sqlite"
+    with MeasuringEstimator([NUMPY], cache_path=cache, reference=None, settings=FAST,
+                            executor=FakeRemoteExecutor("kind-a", "kind-a")) as est:
+        cands = _single_ops(est, graph, ["numpy_test"])
+        assert est.estimate(cands) == [1e-3] * len(cands)
+        assert est.key(cands[0]) == measurement_key(
+            est.region(cands[0].sub_graph), "numpy_test", "v1", "threads=7", host="kind-a",
+            method=FAST.method)
+    with MeasurementCache(cache) as c:
+        assert {(m.host, m.version, m.options) for m in c.measurements()} == {
+            ("kind-a", "v1", "threads=7")}
+    with MeasuringEstimator([NUMPY], cache_path=cache, reference=None, settings=FAST) as est:
+        est.estimate(cands)
+        assert est.stats.hits == 0 and est.stats.measured == est.stats.regions
+    with MeasuringEstimator([NUMPY], cache_path=tmp_path / "d.sqlite", reference=None,
+                            settings=FAST,
+                            executor=FakeRemoteExecutor("kind-a", "kind-b")) as est:
+        assert all(math.isinf(c) for c in est.estimate(cands))
+        assert "measured on a machine of another kind (kind-b" in est.reason(cands[0])
+    with MeasurementCache(tmp_path / "d.sqlite") as c:
+        assert {m.host for m in c.measurements()} == {"kind-b"}
+
+
+def test_backends_on_ray_get_explicit_threads_and_no_omp_limit(tmp_path, executor):
+    """Bound on a node, onnxruntime's spec names its thread count (the node's cores); the
+    measuring worker a Ray task starts does not inherit Ray's OMP_NUM_THREADS=1."""
+    import os
+
+    kind = executor.bind({"onnxruntime": {"target": "onnxruntime", "options": {}}}, ())
+    assert kind.backends["onnxruntime"].spec["options"] == {"threads": os.cpu_count()}
+    assert kind.backends["onnxruntime"].options.startswith(f"threads={os.cpu_count()},")
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = entry_graph(module)
+    with MeasuringEstimator([ENV_REPORTING], cache_path=tmp_path / "c.sqlite",
+                            reference=None) as est:
+        text = est.region_text(SubGraph(graph, 1 << graph.op_nodes()[0].index))
+        config = est._worker_config(est.backends["env_reporting"])
+    executor.bind({"env_reporting": config.backend}, config.sys_path)
+    seen = []
+    executor.measure([Group("env_reporting", config, False,
+                            [RemoteItem("k", text, ("MatMul",))])], seen.append)
+    assert "OMP_NUM_THREADS=None" in seen[0].result["error"]
