@@ -96,15 +96,19 @@ class RayExecutor(RemoteExecutor):
     cluster this machine belongs to, else starts a local one with one measuring node (this
     machine); "ray://HOST:PORT" connects through Ray Client; "HOST:PORT" to a head's GCS. A
     process where `ray.init` was already called uses that connection (and leaves it open
-    on `close`)."""
+    on `close`). Results come back through streaming generators, or, through Ray Client
+    (which has none) or with `queued`, through a Ray queue (`_Queued`)."""
 
-    def __init__(self, address: str | None = None, requeue: int = REQUEUE) -> None:
+    def __init__(self, address: str | None = None, requeue: int = REQUEUE,
+                 queued: bool = False) -> None:
         self.ray = import_ray()
         self.address = address
         self.requeue = requeue
         self._owns_connection = self._connect(address)
-        self._run_group = self.ray.remote(run_group)
         self._probe = self.ray.remote(probe_node)
+        client = self.ray.util.client.ray.is_connected()
+        self._streams: _Generators | _Queued = (_Queued(self.ray) if client or queued
+                                                else _Generators(self.ray))
         self.kind: HostKind | None = None
         self._nodes: list[str] = []
         self._pinned = False
@@ -194,37 +198,37 @@ class RayExecutor(RemoteExecutor):
     def measure(self, groups: Sequence[Group], on_outcome: OutcomeCallback) -> None:
         if self.kind is None:
             raise RuntimeError("RayExecutor.measure before bind")
-        ray = self.ray
         pending = collections.deque(_Flight(g) for group in groups for g in self.split(group))
         live: dict[Any, _Flight] = {}
         window = GROUPS_PER_NODE * max(1, len(self._nodes))
+        idle_since = time.monotonic()
         while pending or live:
             while pending and len(live) < window:
                 flight = pending.popleft()
                 live[self._submit(flight)] = flight
             waiting = time.perf_counter()
-            ready, _ = ray.wait(list(live), num_returns=1, timeout=LIVENESS_POLL_S)
+            happened = self._streams.next(list(live))
             self.waited_s += time.perf_counter() - waiting
-            if not ready:
-                if not self.bench_nodes():
-                    for flight in [*live.values(), *pending]:
-                        self._give_up(flight, "no Ray node offering "
-                                      f"'{BENCH_RESOURCE}' is alive", on_outcome)
-                    return
+            if not happened:
+                if time.monotonic() - idle_since > LIVENESS_POLL_S:
+                    idle_since = time.monotonic()
+                    if not self.bench_nodes():
+                        for flight in [*live.values(), *pending]:
+                            self._give_up(flight, "no Ray node offering "
+                                          f"'{BENCH_RESOURCE}' is alive", on_outcome)
+                        return
                 continue
-            stream = ready[0]
-            flight = live[stream]
-            try:
-                event = ray.get(next(stream))
-            except StopIteration:
-                del live[stream]
-                self._ended(flight, pending, on_outcome)
-                continue
-            except ray.exceptions.RayError as e:
-                del live[stream]
-                self._lost(flight, e, pending, on_outcome)
-                continue
-            self._event(flight, event, on_outcome)
+            idle_since = time.monotonic()
+            for handle, what, payload in happened:
+                flight = live[handle]
+                if what == "event":
+                    self._event(flight, payload, on_outcome)
+                    continue
+                del live[handle]
+                if what == "end":
+                    self._ended(flight, pending, on_outcome)
+                else:
+                    self._lost(flight, payload, pending, on_outcome)
 
     def _submit(self, flight: _Flight) -> Any:
         options: dict[str, Any] = {"resources": {BENCH_RESOURCE: 1}, "num_cpus": 0,
@@ -236,7 +240,7 @@ class RayExecutor(RemoteExecutor):
         shipped = {path: self._shipped[path] for path in flight.group.stores
                    if path in self._shipped}
         flight.reset()
-        return self._run_group.options(**options).remote(flight.group, shipped)
+        return self._streams.submit(options, flight.group, shipped)
 
     def _event(self, flight: _Flight, event: dict[str, Any], on_outcome: OutcomeCallback
                ) -> None:
@@ -314,6 +318,82 @@ class RayExecutor(RemoteExecutor):
 
     def _bound(self, backend: str) -> BoundBackend:
         return self.kind.backends[backend]
+
+
+Happened = list[tuple[Any, str, Any]]
+"""What a wait saw: (task handle, "event" | "end" | "lost", the event | None | the error),
+each task's events in order and before its end."""
+
+
+class _Generators:
+    """Tasks as streaming generators: each result is an object the driver waits on."""
+
+    def __init__(self, ray: Any) -> None:
+        self.ray = ray
+        self.remote = ray.remote(run_group)
+
+    def submit(self, options: dict[str, Any], group: Group, shipped: dict[str, Any]) -> Any:
+        return self.remote.options(**options).remote(group, shipped)
+
+    def next(self, handles: list[Any]) -> Happened:
+        ready, _ = self.ray.wait(handles, num_returns=1, timeout=1.0)
+        if not ready:
+            return []
+        try:
+            return [(ready[0], "event", self.ray.get(next(ready[0])))]
+        except StopIteration:
+            return [(ready[0], "end", None)]
+        except self.ray.exceptions.RayError as e:
+            return [(ready[0], "lost", e)]
+
+
+class _Queued:
+    """Tasks that put their events into one Ray queue (an actor), tagged with the task's
+    number; the driver reads the queue and waits on the tasks' own results for their end.
+    For Ray Client, which has no streaming generators."""
+
+    def __init__(self, ray: Any) -> None:
+        from ray.util.queue import Queue
+
+        self.ray = ray
+        self.queue = Queue(actor_options={"num_cpus": 0})
+        self.remote = ray.remote(run_group_into)
+        self.tags: dict[int, Any] = {}
+        self.tag_of: dict[Any, int] = {}
+        self.count = 0
+
+    def submit(self, options: dict[str, Any], group: Group, shipped: dict[str, Any]) -> Any:
+        self.count += 1
+        ref = self.remote.options(**options).remote(self.queue, self.count, group, shipped)
+        self.tags[self.count] = ref
+        self.tag_of[ref] = self.count
+        return ref
+
+    def next(self, handles: list[Any]) -> Happened:
+        from ray.util.queue import Empty
+
+        events = self._drain()
+        if not events:
+            try:
+                events = [self.queue.get(block=True, timeout=0.5)]
+            except Empty:
+                events = []
+        ready, _ = self.ray.wait(handles, num_returns=len(handles), timeout=0)
+        if ready:
+            events += self._drain()  # a task's last events are in before its end
+        happened: Happened = [(self.tags[tag], "event", event) for tag, event in events]
+        for ref in ready:
+            try:
+                self.ray.get(ref)
+                happened.append((ref, "end", None))
+            except self.ray.exceptions.RayError as e:
+                happened.append((ref, "lost", e))
+            del self.tags[self.tag_of.pop(ref)]
+        return happened
+
+    def _drain(self) -> list[tuple[int, dict[str, Any]]]:
+        size = self.queue.qsize()
+        return self.queue.get_nowait_batch(size) if size else []
 
 
 @dataclass(frozen=True)
@@ -453,6 +533,13 @@ def run_group(group: Group, shipped: dict[str, Any]) -> Iterator[dict[str, Any]]
                "at": time.time(),
                "version": client.ready.get("version"), "options": client.ready.get("options")}
     yield {"event": "done", "at": time.time(), "restarts": client.restarts}
+
+
+def run_group_into(events: Any, tag: int, group: Group, shipped: dict[str, Any]) -> None:
+    """Runs on a node as a Ray task: `run_group`'s events put into the Ray queue
+    `events`, each as (tag, event)."""
+    for event in run_group(group, shipped):
+        events.put((tag, event))
 
 
 def _extend_sys_path(paths: Sequence[str]) -> None:

@@ -156,9 +156,16 @@ def test_a_killed_ray_worker_costs_a_resend_then_an_error(tmp_path, executor):
                        "WorkerCrashedError" in reasons[k] for k in killed)
 
 
-def test_one_measuring_task_per_node(tmp_path, executor):
+@pytest.mark.parametrize("queued", [False, True], ids=["streamed", "queued"])
+def test_one_measuring_task_per_node(tmp_path, cluster, queued):
     """Four groups on two nodes of one measuring slot each: both nodes measure, and no two
-    tasks overlap on one node (by the node's own clock, start to end)."""
+    tasks overlap on one node (by the node's own clock, start to end). Results come back
+    streamed, or through a Ray queue as they do through Ray Client."""
+    with RayExecutor(queued=queued) as executor:
+        _four_groups_on_two_nodes(tmp_path, executor)
+
+
+def _four_groups_on_two_nodes(tmp_path, executor) -> None:
     module = import_onnx(onnx.parser.parse_model(MODEL))
     graph = entry_graph(module)
     with MeasuringEstimator([PACED], cache_path=tmp_path / "c.sqlite", reference=None) as est:
