@@ -64,8 +64,11 @@ def relu_module_text(n: int) -> str:
 
 RING = 8
 """Distinct kernels per backend in the experiment: switching among many compiled kernels
-costs more than between two (measured here: 30 distinct OpenVINO kernels cost ~270 µs per
-switch against ~50 µs for two alternating; onnxruntime ~100 µs against ~25 µs)."""
+costs more than between two (measured when outputs were fresh copies, METHOD ring-1: 30
+distinct OpenVINO kernels ~270 µs per switch against ~50 µs for two alternating;
+onnxruntime ~100 µs against ~25 µs). With reused buffers (ring-3, `bench/handoff.py`, 2
+loaded cores) a switch costs 1-10 µs at 1 KiB, 1-40 µs at 256 KiB and 0.1-0.9 ms at 4 MiB
+for every pair, onnxruntime↔openvino at 4 MiB 0.9 ms instead of 2.8 ms."""
 
 
 def _timed(f: Callable[[], object]) -> float:

@@ -310,3 +310,25 @@ def test_reused_outputs_of_other_types_hold_each_calls_values(name: str) -> None
         assert b.dtype == np.bool_ and i.dtype == np.int64
         np.testing.assert_array_equal(b, x != 0)
         np.testing.assert_array_equal(i, x.astype(np.int64))
+
+
+PASS_THROUGH = '''g (float[2,8] x) => (float[2,8] y, float[2,8] z) {
+  y = Identity(x)
+  z = Relu(x)
+}'''
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_an_output_that_is_the_input_is_still_the_callers_own(name: str) -> None:
+    """IREE may return an argument's own buffer (imported without a copy) as a result:
+    `run` must not hand the caller a view of its input."""
+    backend = _backend(name)
+    graph = _graph(PASS_THROUGH)
+    kernel = backend.compile(SubGraph(graph, graph.op_bits).extract("through"))
+    x = aligned_empty((2, 8), np.float32)
+    x[...] = np.arange(16, dtype=np.float32).reshape(2, 8) - 8
+    y, z = kernel.run([x])
+    assert not np.shares_memory(y, x) and not np.shares_memory(z, x)
+    x[...] = 5
+    np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32).reshape(2, 8) - 8)
+    np.testing.assert_array_equal(kernel.run([x])[0], x)
