@@ -36,6 +36,7 @@ import collections
 import logging
 import os
 import queue
+import resource
 import shutil
 import sys
 import tempfile
@@ -167,7 +168,12 @@ class RayExecutor(RemoteExecutor):
                 for node in nodes]
         kinds: dict[tuple[str, str], list[str]] = {}
         answers: dict[tuple[str, str], dict[str, Any]] = {}
-        for node, answer in zip(nodes, ray.get(refs), strict=True):
+        try:
+            answers_in_order = ray.get(refs)
+        except ray.exceptions.RayError as e:
+            raise CollageError(f"cannot ask the Ray cluster's measuring nodes what they are: "
+                               f"{type(e).__name__}: {_one_line(e)}") from None
+        for node, answer in zip(nodes, answers_in_order, strict=True):
             kind = (answer["host"], repr(sorted(answer["backends"].items())))
             kinds.setdefault(kind, []).append(node)
             answers[kind] = answer
@@ -200,6 +206,18 @@ class RayExecutor(RemoteExecutor):
             raise RuntimeError("RayExecutor.measure before bind")
         pending = collections.deque(_Flight(g) for group in groups for g in self.split(group))
         live: dict[Any, _Flight] = {}
+        try:
+            self._run(pending, live, on_outcome)
+        except BaseException:  # interrupted: the cluster's slots go back to others
+            for handle in live:
+                try:
+                    self.ray.cancel(handle, force=True)
+                except Exception:  # already ended, or the cluster is gone
+                    pass
+            raise
+
+    def _run(self, pending: collections.deque, live: dict[Any, _Flight],
+             on_outcome: OutcomeCallback) -> None:
         window = GROUPS_PER_NODE * max(1, len(self._nodes))
         idle_since = time.monotonic()
         while pending or live:
@@ -261,7 +279,7 @@ class RayExecutor(RemoteExecutor):
         elif kind == "done":
             self.tasks.append(TaskRecord(flight.node, flight.group.backend,
                                          len(flight.group.items), flight.started, event["at"],
-                                         tuple(flight.results)))
+                                         tuple(flight.results), float(event.get("cpu", 0.0))))
 
     def _ended(self, flight: _Flight, pending: collections.deque, on_outcome: OutcomeCallback
                ) -> None:
@@ -407,6 +425,9 @@ class TaskRecord:
     ended: float
     results: tuple[float, ...] = ()
     """When each of its results was ready, in order."""
+    cpu: float = 0.0
+    """CPU seconds its measuring workers used (what other work on the node cannot
+    stretch, unlike its duration)."""
 
     @property
     def seconds(self) -> float:
@@ -487,6 +508,7 @@ def run_group(group: Group, shipped: dict[str, Any]) -> Iterator[dict[str, Any]]
     import ray
 
     started = time.time()
+    children = _children_cpu()
     yield {"event": "start", "host": host_fingerprint(), "at": started, "pid": os.getpid(),
            "node": ray.get_runtime_context().get_node_id()}
     moved: dict[str, str] = {}
@@ -532,7 +554,8 @@ def run_group(group: Group, shipped: dict[str, Any]) -> Iterator[dict[str, Any]]
         yield {"event": "result", "key": key, "result": result, "load": machine_load(),
                "at": time.time(),
                "version": client.ready.get("version"), "options": client.ready.get("options")}
-    yield {"event": "done", "at": time.time(), "restarts": client.restarts}
+    yield {"event": "done", "at": time.time(), "restarts": client.restarts,
+           "cpu": _children_cpu() - children}
 
 
 def run_group_into(events: Any, tag: int, group: Group, shipped: dict[str, Any]) -> None:
@@ -540,6 +563,12 @@ def run_group_into(events: Any, tag: int, group: Group, shipped: dict[str, Any])
     `events`, each as (tag, event)."""
     for event in run_group(group, shipped):
         events.put((tag, event))
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (the measuring workers it started)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _extend_sys_path(paths: Sequence[str]) -> None:

@@ -100,8 +100,8 @@ def test_a_partition_measured_on_ray_is_the_local_one(tmp_path, executor, paced)
     backend refuses Sigmoid), measured here and on Ray: the same regions on the same
     backends, and the Ray run's rows carry this machine's fingerprint (both simulated nodes
     are this machine) under the keys the local run used."""
-    backends = {PACED: {"per_call_ms": 8.0, "refuse": "Sigmoid"},
-                OTHER: {"per_call_ms": 1.0, "per_op_ms": 20.0}}
+    backends = {PACED: {"per_call_ms": 6.0, "refuse": "Sigmoid"},
+                OTHER: {"per_call_ms": 1.0, "per_op_ms": 12.0}}
     picks, keys = [], []
     for where, name in ((None, "local"), (executor, "ray")):
         cache = tmp_path / f"{name}.sqlite"
@@ -304,3 +304,19 @@ def test_backends_on_ray_get_explicit_threads_and_no_omp_limit(tmp_path, executo
     executor.measure([Group("env_reporting", config, False,
                             [RemoteItem("k", text, ("MatMul",))])], seen.append)
     assert "OMP_NUM_THREADS=None" in seen[0].result["error"]
+
+
+def test_measure_on_names_local_or_ray_and_nothing_else(capsys):
+    """--measure-on takes local, ray, ray://HOST:PORT or ray:HOST:PORT; anything else is a
+    usage error naming the value, before anything starts."""
+    from collage_mlir.cost.executor import check_executor, make_executor
+    from collage_mlir.tools.cli import main
+
+    for good in ("local", "ray", "ray://head:10001", "ray:head:6379", None):
+        check_executor(good)
+    assert make_executor("local") is None and make_executor(None) is None
+    with pytest.raises(collage_mlir.CollageError, match="measure on 'rai'"):
+        check_executor("rai")
+    with pytest.raises(SystemExit):
+        main(["measure", "m.onnx", "--measure-on", "spark://x"])
+    assert "measure on 'spark://x': expected 'local', 'ray'" in capsys.readouterr().err
