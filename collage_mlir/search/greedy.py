@@ -13,10 +13,12 @@ pick can be compared with them (the RFC's "apparent loss").
 A backend's supported ops are the union of its candidates: every default rule proposes its
 maximal supported regions (`rules/regions.py`), so that union is what the backend's
 capability said (less what a placement file forbade). The regions themselves are cut with
-the same `convex_pieces` as those maximal candidates, so `partition_for(X)`'s X regions are
-candidates the run has measured already; other regions (the fallback's share, later claims)
-cost what a candidate with the same nodes and backend cost, else they are estimated through
-`estimate` (one batch) when it is given, else unknown (NaN).
+the same `convex_pieces` as those maximal candidates, so the first claimer's regions are
+candidates of the run; other regions (the fallback's share, later claims) cost what a
+candidate with the same nodes and backend cost, else they are estimated through `estimate`
+(one batch) when it is given, else unknown (NaN). A first claimer's region the run has no
+cost for (its candidate was pruned or forbidden) stays unknown: measuring a backend's largest
+region is the expensive compile the run chose to skip.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def greedy_baselines(graph: DataflowGraph, candidates: Sequence[CandidatePartiti
             plans[name] = _regions(graph, claim(graph, supported, order), known)
         except ValueError as e:
             plans[name] = str(e)
-    _fill(known, [r for p in plans.values() if not isinstance(p, str) for r in p], estimate)
+    _fill(known, [r for name, p in plans.items() if not isinstance(p, str) for r in p
+                  if r.backend != orders[name][0]], estimate)
     return [_baseline(graph, name, orders[name], plan, known, transition, reason)
             for name, plan in plans.items()]
 
@@ -141,11 +144,12 @@ def _regions(graph: DataflowGraph, claimed: list[tuple[str, int]],
 
 def _fill(known: dict[tuple[str, int], tuple[float, CandidatePartition]],
           regions: list[CandidatePartition], estimate: Estimate | None) -> None:
-    """Cost the regions the run has no cost for: through `estimate` (one batch), else NaN."""
+    """Cost `regions` the run has no cost for through `estimate` (one batch)."""
     missing = list({(r.backend, r.inside): r for r in regions
                     if (r.backend, r.inside) not in known}.values())
-    costs = estimate(missing) if estimate is not None and missing else [math.nan] * len(missing)
-    for r, cost in zip(missing, costs, strict=True):
+    if estimate is None or not missing:
+        return
+    for r, cost in zip(missing, estimate(missing), strict=True):
         known[(r.backend, r.inside)] = (float(cost), r)
 
 
@@ -157,7 +161,7 @@ def _baseline(graph: DataflowGraph, name: str, order: tuple[str, ...],
     if isinstance(plan, str):
         return Baseline(name, order, None, plan)
     ranked = [plan[k] for k in execution_order(graph, plan)]
-    costs = [known[(r.backend, r.inside)][0] for r in ranked]
+    costs = [known.get((r.backend, r.inside), (math.nan, r))[0] for r in ranked]
     total, moved = evaluate(graph, ranked, costs, transition)
     if any(math.isinf(c) for c in costs):
         total = math.inf  # cannot run, whatever else is unknown

@@ -135,3 +135,22 @@ def test_an_op_no_backend_supports_is_named(graph):
     assert out["partition_for_ov"].partitioning is None
     assert out["partition_for_ov"].reason == "no backend of ov>iree supports Add node 4"
     assert best(out.values()) is None
+
+
+def test_a_first_claim_the_run_did_not_measure_is_not_measured_here(graph):
+    # ov supports {4, 5} but its largest region is no candidate (pruned, say): it stays
+    # unknown, while the fallback's share is estimated
+    candidates = cands(graph, "ort", [[1, 2, 3, 4, 5]]) + singles(graph, "ov", [4, 5])
+    asked: list[list[tuple[str, list[int]]]] = []
+
+    def estimate(cs):
+        asked.append([(c.backend, c.sub_graph.nodes) for c in cs])
+        return TABLE.estimate(cs)
+
+    out = by_name(greedy_baselines(graph, candidates, TABLE.estimate(candidates),
+                                   TABLE.transition_cost, ["ov", "ort"], fallback="ort",
+                                   estimate=estimate))
+    b = out["partition_for_ov"]
+    assert regions(b) == [("ort", [1, 2, 3]), ("ov", [4, 5])]
+    assert asked == [[("ort", [1, 2, 3])]]
+    assert math.isnan(b.cost) and b.reason == "1 region(s) not measured"
