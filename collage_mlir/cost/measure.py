@@ -436,7 +436,7 @@ class MeasuringEstimator(CostEstimator):
             self._measure_backend(self.backends[backend], [k for k in keys if k in mine], rows,
                                   settle, previous, run)
         if remote:
-            self._measure_remote(remote, rows, settle, previous)
+            self._measure_remote(remote, rows, settle, previous, run)
         if deferred:
             self._wait_for_others(deferred, rows, settle, previous, run, started)
         return costs
@@ -473,7 +473,7 @@ class MeasuringEstimator(CostEstimator):
                 self._measure_backend(self.backends[backend], keys, rows, settle, previous,
                                       run)
             if remote:
-                self._measure_remote(remote, rows, settle, previous)
+                self._measure_remote(remote, rows, settle, previous, run)
             pending = [k for k in pending if k not in mine]
             if pending and not mine:
                 self._sleep(CLAIM_POLL_S)
@@ -551,12 +551,24 @@ class MeasuringEstimator(CostEstimator):
 
     def _measure_remote(self, plan: Mapping[str, list[str]],
                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
-                        previous: Mapping[str, Measurement]) -> None:
+                        previous: Mapping[str, Measurement], run: _Run) -> None:
         """Measure `plan` (backend → keys) on the executor, every backend at once; each
         result into the cache as it comes, keyed by the machine that measured it. A result
         from a machine of another kind than the one bound (its key differs) is cached
-        under its own key and is no answer here: the candidate is an error of this run."""
-        groups = [self._group(self.backends[b], keys, rows) for b, keys in plan.items() if keys]
+        under its own key and is no answer here: the candidate is an error of this run.
+        Regions holding an op type their backend hung on earlier in the run are not sent
+        (a group skips them itself after a hang within it)."""
+        sent: dict[str, list[str]] = {}
+        skipped: list[tuple[str, str, str]] = []
+        for backend, keys in plan.items():
+            hung = run.hung.get(backend, {})
+            for k in keys:
+                why = next((hung[t] for t in sorted(_op_types(rows[k][1])) if t in hung), None)
+                if why is None:
+                    sent.setdefault(backend, []).append(k)
+                else:
+                    skipped.append((backend, k, why))
+        groups = [self._group(self.backends[b], keys, rows) for b, keys in sent.items()]
 
         def on_outcome(o: Outcome) -> None:
             info = self.backends[o.backend]
@@ -585,14 +597,34 @@ class MeasuringEstimator(CostEstimator):
                 self.cache.put(m)
                 self.cache.beat(self.claimant)
             self._count(m)
+            self._learn(info.name, rows[o.key][1], m.status, run)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
             settle(o.key, kept)
 
         try:
+            for backend, key, why in skipped:
+                info = self.backends[backend]
+                on_outcome(Outcome(backend, key, {"status": ERROR, "error": why,
+                                                  "skipped": True},
+                                   self.host or host_fingerprint(), info.version,
+                                   info.options))
             self.executor.measure(groups, on_outcome)
         finally:
             self.cache.release([k for keys in plan.values() for k in keys], self.claimant)
+
+    def _learn(self, backend: str, sub_graph: SubGraph, status: str, run: _Run) -> None:
+        """After a remote result: a timeout marks its op types hung for the rest of the
+        run (and the estimator's later calls), any other result clears them."""
+        types = _op_types(sub_graph)
+        cleared = run.cleared.setdefault(backend, set())
+        if status != TIMEOUT:
+            cleared.update(types)
+            return
+        for t in sorted(types - cleared):
+            why = f"skipped: {backend} hung on {t} earlier in this run"
+            run.hung.setdefault(backend, {}).setdefault(t, why)
+            self._seen.hung.setdefault(backend, {}).setdefault(t, why)
 
     def _group(self, info: BackendInfo, keys: list[str],
                rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]]) -> Group:

@@ -240,8 +240,9 @@ class FakeRemoteExecutor(RemoteExecutor):
     """A test double: 'measures' every region at 1 ms on a machine whose fingerprint it
     makes up (`bound` at bind, `measured` in each outcome)."""
 
-    def __init__(self, bound: str, measured: str) -> None:
-        self.bound, self.measured = bound, measured
+    def __init__(self, bound: str, measured: str, hangs_on: str = "") -> None:
+        self.bound, self.measured, self.hangs_on = bound, measured, hangs_on
+        self.sent: list[str] = []
 
     def bind(self, specs, sys_path):
         return HostKind(self.bound, {n: BoundBackend(s, "v1", "threads=7")
@@ -250,10 +251,13 @@ class FakeRemoteExecutor(RemoteExecutor):
     def measure(self, groups, on_outcome):
         for g in groups:
             for item in g.items:
-                on_outcome(Outcome(g.backend, item.key,
-                                   {"status": "ok", "median": 1e-3, "p90": 1e-3,
-                                    "spread": 0.0, "runs": 5, "error": ""},
-                                   self.measured, "v1", "threads=7"))
+                self.sent.append(item.key)
+                result = ({"status": "timeout", "error": "timed out after 20 s"}
+                          if self.hangs_on in item.op_types else
+                          {"status": "ok", "median": 1e-3, "p90": 1e-3, "spread": 0.0,
+                           "runs": 5, "error": ""})
+                on_outcome(Outcome(g.backend, item.key, result, self.measured, "v1",
+                                   "threads=7"))
 
 
 def test_rows_are_keyed_by_the_machine_that_measured_them(tmp_path):
@@ -320,3 +324,27 @@ def test_measure_on_names_local_or_ray_and_nothing_else(capsys):
     with pytest.raises(SystemExit):
         main(["measure", "m.onnx", "--measure-on", "spark://x"])
     assert "measure on 'spark://x': expected 'local', 'ray'" in capsys.readouterr().err
+
+
+def test_a_hang_measured_remotely_skips_its_op_type_for_the_rest_of_the_run(tmp_path):
+    """A remote timeout on Sigmoid: the estimator's later calls do not send regions holding
+    Sigmoid to the executor; they are errors saying why."""
+    module = import_onnx(onnx.parser.parse_model(MODEL))
+    graph = entry_graph(module)
+    fake = FakeRemoteExecutor("kind-a", "kind-a", hangs_on="Sigmoid")
+    with MeasuringEstimator([NUMPY], cache_path=tmp_path / "c.sqlite", reference=None,
+                            settings=FAST, executor=fake) as est:
+        singles = _single_ops(est, graph, ["numpy_test"])
+        assert sum(math.isinf(c) for c in est.estimate(singles)) == 1
+        ops = graph.op_nodes()  # a chain: each op feeds the next
+        pair = [CandidatePartition(SubGraph(graph, (1 << a.index) | (1 << b.index)),
+                                   "numpy_test", "pair")
+                for a, b in zip(ops, ops[1:], strict=False)]
+        sent = len(fake.sent)
+        costs = est.estimate(pair)
+        holding = [c for c in pair if "Sigmoid" in
+                   {graph.nodes[i].op_type for i in c.sub_graph.nodes}]
+        assert holding and len(fake.sent) - sent == len(pair) - len(holding)
+        assert all(math.isinf(costs[pair.index(c)]) for c in holding)
+        assert est.reason(holding[0]) == (
+            "error: skipped: numpy_test hung on Sigmoid earlier in this run")
