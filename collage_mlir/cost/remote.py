@@ -125,12 +125,21 @@ def machine_load() -> float:
 STORE_FILES = ("weights.json", "weights.bin")
 """A weight store's files (`export.resources.WeightStore`): its index and its data."""
 
+SAMPLES, SAMPLE_BYTES = 16, 4096
+"""Slices of a store's data file that its token digests (`store_token`)."""
+
 
 def store_token(directory: str | Path) -> str:
-    """What identifies a weight store's contents cheaply: a digest of its index and the
-    size of its data file (the index names every blob with its offset and size). Raises
-    OSError where the store cannot be read."""
+    """What identifies a weight store's contents cheaply: a digest of its index, of
+    `SAMPLES` slices spread over its data file, and that file's size (two stores of one
+    architecture with other weights differ in the slices). Raises OSError where the store
+    cannot be read."""
     directory = Path(directory)
-    index = (directory / STORE_FILES[0]).read_bytes()
-    size = (directory / STORE_FILES[1]).stat().st_size
-    return f"{hashlib.sha256(index).hexdigest()[:16]}:{size}"
+    digest = hashlib.sha256((directory / STORE_FILES[0]).read_bytes())
+    with open(directory / STORE_FILES[1], "rb") as data:
+        size = os.fstat(data.fileno()).st_size
+        for k in range(SAMPLES):
+            data.seek(size * k // SAMPLES)
+            digest.update(data.read(SAMPLE_BYTES))
+    return f"{digest.hexdigest()[:24]}:{size}"
+
