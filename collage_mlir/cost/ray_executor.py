@@ -78,6 +78,8 @@ REQUEUE = 1
 """How many times the regions of a lost task are sent again."""
 LIVENESS_POLL_S = 10.0
 """How often the driver, waiting for results, checks that a measuring node is still alive."""
+STORE_COPY_KEPT_S = 86400.0
+"""How long a node keeps a weight store sent to it after its last use."""
 DROPPED_ENV = ("OMP_NUM_THREADS",)
 """Variables Ray sets for its own accounting that a measuring worker must not inherit."""
 
@@ -579,7 +581,9 @@ def _extend_sys_path(paths: Sequence[str]) -> None:
 
 def _usable_store(path: str, token: str, shipped: Any) -> str | None:
     """A directory on this node holding the store `token` names: `path` itself where it
-    does, else a copy made from the shipped files; None when neither can be had."""
+    does, else a copy made from the shipped files (kept under the temp folder for the
+    run's later tasks; copies unused for `STORE_COPY_KEPT_S` go when a new one is made);
+    None when neither can be had."""
     try:
         if store_token(path) == token:
             return path
@@ -592,9 +596,11 @@ def _usable_store(path: str, token: str, shipped: Any) -> str | None:
     local = Path(tempfile.gettempdir()) / f"collage-store-{token.replace(':', '-')}"
     try:
         if store_token(local) == token:
+            os.utime(local)  # in use
             return str(local)
     except OSError:
         pass
+    _forget_old_copies(local.parent)
     files = ray.get(shipped)
     scratch = Path(tempfile.mkdtemp(prefix="collage-store-", dir=local.parent))
     for name, data in files.items():
@@ -604,6 +610,15 @@ def _usable_store(path: str, token: str, shipped: Any) -> str | None:
     except OSError:  # another task on this node made it first
         shutil.rmtree(scratch, ignore_errors=True)
     return str(local) if store_token(local) == token else None
+
+
+def _forget_old_copies(folder: Path) -> None:
+    for old in folder.glob("collage-store-*"):
+        try:
+            if time.time() - old.stat().st_mtime > STORE_COPY_KEPT_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _retarget(text: str, moved: Mapping[str, str]) -> str:
