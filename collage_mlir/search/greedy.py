@@ -144,9 +144,10 @@ def _regions(graph: DataflowGraph, claimed: list[tuple[str, int]],
 
 def _fill(known: dict[tuple[str, int], tuple[float, CandidatePartition]],
           regions: list[CandidatePartition], estimate: Estimate | None) -> None:
-    """Cost `regions` the run has no cost for through `estimate` (one batch)."""
+    """Cost `regions` the run has no cost for (none, or NaN: not measured) through
+    `estimate` (one batch)."""
     missing = list({(r.backend, r.inside): r for r in regions
-                    if (r.backend, r.inside) not in known}.values())
+                    if math.isnan(known.get((r.backend, r.inside), (math.nan,))[0])}.values())
     if estimate is None or not missing:
         return
     for r, cost in zip(missing, estimate(missing), strict=True):

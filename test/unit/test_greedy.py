@@ -154,3 +154,12 @@ def test_a_first_claim_the_run_did_not_measure_is_not_measured_here(graph):
     assert regions(b) == [("ort", [1, 2, 3]), ("ov", [4, 5])]
     assert asked == [[("ort", [1, 2, 3])]]
     assert math.isnan(b.cost) and b.reason == "1 region(s) not measured"
+
+
+def test_a_fallback_region_the_run_left_unmeasured_is_estimated(graph):
+    candidates = (cands(graph, "ort", [[1, 2, 3, 4, 5], [1, 2, 3]])
+                  + cands(graph, "ov", [[4, 5]]))
+    costs = [1.0, math.nan, 0.5]  # the search pruned ort's {1, 2, 3}: not measured
+    out = by_name(greedy_baselines(graph, candidates, costs, None, ["ov", "ort"],
+                                   fallback="ort", estimate=lambda cs: [0.25] * len(cs)))
+    assert out["partition_for_ov"].cost == pytest.approx(0.25 + 0.5)
