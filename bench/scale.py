@@ -14,7 +14,8 @@ processes on this one machine and share its cores, so:
   and the speed-up compares those. Two simulated nodes still compete with each other (and
   with any other work) for the cores and memory, which stretches their tasks; the speed-up
   on the tasks' CPU time (their measuring workers' user + system seconds) is printed too,
-  what a node with its own cores would see.
+  though a kernel's timing runs for a wall-clock budget, so its CPU time grows with the
+  share of a core it gets.
 
 The projected N-node time replays the 1-node run's regions: each region's time is the gap
 between consecutive results of its task (a task's first region also carries the worker's
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     one, two = busiest_node(runs[0]["tasks"]), busiest_node(runs[1]["tasks"])
     print(f"  speed-up on task durations, 2 nodes over 1: {one / two:.2f}x")
     one, two = busiest_node(runs[0]["tasks"], True), busiest_node(runs[1]["tasks"], True)
-    print(f"  speed-up on task CPU time (what sharing the cores does not stretch): "
+    print(f"  speed-up on task CPU time: "
           f"{one / two:.2f}x")
     for n in [1, 2, *(int(k) for k in args.project.split(",") if k)]:
         print(f"  projected from the 1-node run's regions, {n} node(s): "
