@@ -31,6 +31,7 @@ import math
 import os
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iree.compiler import ir
@@ -41,7 +42,7 @@ from collage_mlir.export.resources import (
     SMALL_CONSTANT_BYTES,
     blob_token,
     module_blob_tokens,
-    parse_resources,
+    module_resources,
     unquote_key,
 )
 
@@ -69,21 +70,21 @@ def module_text(module: ir.Module) -> str:
 
 
 class _Tokens:
-    """Blob name → token: from the import's table, else from the printed module (printed
-    at most once, and only when a blob is missing from the table)."""
+    """Blob name → token: from the import's table, else from the module's own blobs (read
+    at most once, and only when a blob is missing from the table; through the weight store
+    when the module has one, so no weights are printed as hex)."""
 
     def __init__(self, fn: ir.Operation, table: dict[str, str]) -> None:
         self.fn, self.table = fn, table
-        self.parsed: dict[str, bytes] | None = None
+        self.blobs: Mapping[str, bytes | memoryview] | None = None
 
     def __call__(self, name: str) -> str:
         if name in self.table:
             return self.table[name]
-        if self.parsed is None:
+        if self.blobs is None:
             parent = self.fn.parent
-            self.parsed = parse_resources(
-                parent.get_asm(assume_verified=True) if parent is not None else "")
-        blob = self.parsed.get(name)
+            self.blobs = module_resources(parent) if parent is not None else {}
+        blob = self.blobs.get(name)
         return "missing" if blob is None else blob_token(blob)
 
 
