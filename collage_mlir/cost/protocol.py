@@ -52,8 +52,9 @@ class MeasureSettings:
 
     @property
     def method(self) -> str:
-        """How kernels are timed, for the cache key (hot and cold numbers must not mix)."""
-        return f"cold{self.cold_bytes}" if self.cold_bytes else "hot"
+        """How kernels are timed, for the cache key (hot and cold numbers must not mix, nor
+        numbers from before the runtime's borrowed hand-offs, "-b")."""
+        return f"cold{self.cold_bytes}-b" if self.cold_bytes else "hot-b"
 
 
 def load_backend(spec: dict[str, Any]):

@@ -14,10 +14,12 @@ from collage_mlir.cost.protocol import MeasureSettings
 
 
 def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -> list[float]:
-    """Per-call seconds of `kernel.run(inputs)`, same input arrays each call (bound once),
-    each call after a cache sweep unless `s.cold_bytes` is 0."""
+    """Per-call seconds of `kernel.run_borrowed(inputs)` (the call the runtime makes between
+    regions: outputs left in the kernel's buffers, not copied out), same input arrays each
+    call (bound once), each call after a cache sweep unless `s.cold_bytes` is 0."""
+    run = getattr(kernel, "run_borrowed", kernel.run)
     for _ in range(s.warmup):
-        kernel.run(inputs)
+        run(inputs)
     sweep = _sweep_buffer(s.cold_bytes) if s.cold_bytes else None
     times: list[float] = []
     start = time.perf_counter()
@@ -25,7 +27,7 @@ def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -
         if sweep is not None:
             sweep.sum()  # evict caches, let the backend's threads idle (see cold_bytes)
         t0 = time.perf_counter()
-        kernel.run(inputs)
+        run(inputs)
         times.append(time.perf_counter() - t0)
         n = len(times)
         if n >= max(s.min_runs, 2 * s.settle_window) and n % s.settle_window == 0:
