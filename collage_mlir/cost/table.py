@@ -22,7 +22,8 @@ Otherwise a backend listed in `per_op` costs `per_call + max + d * (sum - max)` 
 ops' costs: the dearest op at full price, every other op at `d` (default 1) times its own,
 so fusing pays linearly in region size. An op type with no entry and no "*" makes the
 candidate invalid (+inf): the backend cannot run it. A backend in no table gets `default`.
-Transitions: 0 on the same backend; hand-offs with the caller ("host") are free unless
+Transitions: 0 on the same backend unless `pairs` names it ("iree->iree": two kernels of one
+backend have a boundary too); hand-offs with the caller ("host") are free unless
 `"host": true`; else the `pairs` entry "src->dst" or the global line `per_call + per_byte*n`.
 """
 
@@ -151,7 +152,8 @@ class TableEstimator(CostEstimator):
 
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
         if src_backend == dst_backend:
-            return 0.0
+            line = self.pairs.get((src_backend, dst_backend))
+            return line(nbytes) if line is not None else 0.0
         if not self.host and HOST in (src_backend, dst_backend):
             return 0.0
         return self.pairs.get((src_backend, dst_backend), self.transition)(nbytes)

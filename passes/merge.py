@@ -1,0 +1,89 @@
+"""collage-merge: join adjacent chosen regions on one backend where the union costs no more.
+
+    collage-merge{cost=table:costs.json}            union costs from a JSON table (lit tests)
+    collage-merge{cost=measure cache=run.sqlite}    unions measured on the real backends
+
+Runs after collage-search (TVM Collage's MaxCoalesce, `search/merge.py`): reads the regions
+collage-search stamped (`collage.region`, `collage.backend`, `collage.region_costs`), costs
+the convex unions of adjacent regions on one backend, keeps each that does not raise the
+whole cover's estimate (kernels plus hand-offs), and stamps the result the same way, regions
+renumbered in execution order. Only attributes change.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.driver import make_estimator, merge
+from collage_mlir.errors import CollageError
+from collage_mlir.graph import DataflowGraph, SubGraph, bits_of
+from collage_mlir.passes.registry import CollagePass, option, register
+from collage_mlir.passes.search import write_partitioning
+from collage_mlir.search import Partitioning, evaluate
+from collage_mlir.search.partitioning import Choice
+
+RULE = "searched"
+"""`rule_name` of a region read back from the stamps (the rule that found it is not kept)."""
+
+
+@register
+@dataclass(frozen=True)
+class MergePass(CollagePass):
+    name = "collage-merge"
+    summary = ("join adjacent collage.regions on one backend where the union costs no more "
+               "(cost=measure|table:FILE)")
+
+    cost: str = option("measure", "'measure' (time the unions on the real backends) or "
+                       "'table:FILE' (a JSON cost table; its format: collage-opt --help)")
+    cache: str = option("", "measurement cache file; empty: $COLLAGE_CACHE, else "
+                        "~/.cache/collage_mlir/cache.sqlite")
+
+    def run_on_module(self, module: ir.Operation) -> None:
+        estimator = make_estimator(self.cost, [], None) if self.cost != "measure" else None
+        work = [(fn, read_partitioning(fn)) for fn in public_functions(module)]
+        if estimator is None:
+            named = sorted({ch.candidate.backend for _, p in work for ch in p.choices})
+            estimator = make_estimator("measure", named, self.cache or None)
+        with estimator:
+            for fn, pick in work:
+                merged, _ = merge(_priced(pick, estimator), estimator)
+                write_partitioning(fn, merged)
+
+
+def read_partitioning(fn: ir.Operation) -> Partitioning:
+    """The regions collage-search stamped on `fn`, in region order, with their costs."""
+    name = function_name(fn)
+    graph = DataflowGraph(fn)
+    members: dict[int, list[int]] = defaultdict(list)
+    backend: dict[int, str] = {}
+    for node in graph.op_nodes():
+        attrs = node.op.attributes
+        if collage.REGION not in attrs or collage.BACKEND not in attrs:
+            raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
+                               f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
+        k = ir.IntegerAttr(attrs[collage.REGION]).value
+        members[k].append(node.index)
+        backend[k] = ir.StringAttr(attrs[collage.BACKEND]).value
+    if collage.REGION_COSTS not in fn.attributes:
+        raise CollageError(f"@{name} has no {collage.REGION_COSTS}; run collage-search first")
+    costs = [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]
+    if len(costs) != len(members):
+        raise CollageError(f"@{name}: {len(members)} regions but {len(costs)} region costs")
+    choices = tuple(Choice(CandidatePartition(SubGraph(graph, bits_of(members[k])),
+                                              backend[k], RULE), costs[k])
+                    for k in sorted(members))
+    return Partitioning(graph, choices, float("nan"))
+
+
+def _priced(pick: Partitioning, estimator: CostEstimator) -> Partitioning:
+    """`pick` with its total priced as the search prices covers (hand-offs included)."""
+    total, moved = evaluate(pick.graph, pick.candidates, [ch.cost for ch in pick.choices],
+                            estimator.transition_cost)
+    return Partitioning(pick.graph, pick.choices, total, moved, pick.states)
