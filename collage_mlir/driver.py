@@ -39,7 +39,13 @@ from collage_mlir.paths import user_path
 from collage_mlir.placement import Placement
 from collage_mlir.progress import ProgressBar
 from collage_mlir.runtime.model import PartitionedModel, clone_module
-from collage_mlir.runtime.report import Rejection, ReportRow, run_notes, summarize_op_types
+from collage_mlir.runtime.report import (
+    Rejection,
+    ReportRow,
+    Trial,
+    run_notes,
+    summarize_op_types,
+)
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import dominated, stages
@@ -423,5 +429,16 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     out = result.with_record(verdict=verdict, candidates=candidates,
                              backends_considered=names, timings=timings,
                              rejected=rejected + probed.rejected, notes=notes)
-    out.merges, out.refinement = merges, refinement
+    out.trials = [merge_trial(m) for m in merges] + (
+        refinement.report(partitioning.total_cost) if refinement else [])
+    out.refinement = refinement
     return out
+
+
+def merge_trial(m: Merge) -> Trial:
+    """A merge as the report lists it."""
+    sizes = " and ".join(f"{len(p)}-op" for p in m.parts)
+    why = (f"estimate {m.before_s * 1e3:.4g} -> {m.after_s * 1e3:.4g} ms" if math.isfinite(m.after_s)
+           else "the union does not run (measured invalid)")
+    return Trial("merge", f"join {sizes} regions on {m.backend}", m.after_s
+                 if math.isfinite(m.after_s) else None, None, m.kept, why)

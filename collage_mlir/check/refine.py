@@ -34,7 +34,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.runtime.model import PartitionedModel, clone_module
-from collage_mlir.runtime.report import ReportRow
+from collage_mlir.runtime.report import ReportRow, Trial
 from collage_mlir.search.partitioning import (
     Choice,
     Partitioning,
@@ -50,27 +50,17 @@ NOISE_FLOOR = 0.02
 """Smallest gain kept whatever the run's own noise: identical kernels timed quietly side by
 side spread about ±2% on this project's machines."""
 MAX_NEIGHBOURS = 6
+PHASE = "refine"
 
 Rows = Callable[[Partitioning], list[ReportRow]]
 INCUMBENT, AGAIN = "incumbent", "incumbent again"
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One neighbour: what it changed, its estimate, its median end to end (None when it
-    could not be built, run or matched), and why it was or was not kept."""
-
-    what: str
-    estimate_s: float
-    measured_s: float | None
-    kept: bool
-    why: str = ""
-
-
 @dataclass
 class Refinement:
     """What refinement did: the incumbent's median, the run's noise (relative difference of
-    the incumbent's two timings), every trial, and the seconds it took."""
+    the incumbent's two timings), every neighbour tried (`report.Trial`, phase "refine"),
+    and the seconds it took."""
 
     incumbent_s: float | None = None
     noise: float | None = None
@@ -82,6 +72,16 @@ class Refinement:
         """Incumbent over kept median (1.0: nothing gained)."""
         kept = [t.measured_s for t in self.trials if t.kept and t.measured_s]
         return self.incumbent_s / kept[0] if kept and self.incumbent_s else 1.0
+
+    def report(self, estimate_s: float | None) -> list[Trial]:
+        """The incumbent as the first trial, then the neighbours: what the report lists."""
+        if not self.trials:
+            return []
+        kept = any(t.kept for t in self.trials)
+        noise = f"noise ±{self.noise:.1%}" if self.noise is not None else ""
+        first = Trial(PHASE, "incumbent (the checked pick)", estimate_s, self.incumbent_s,
+                      not kept, f"{noise}; {self.seconds:.1f} s".strip("; "))
+        return [first, *self.trials]
 
 
 def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
@@ -136,7 +136,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         except Exception as e:  # a neighbour that fails is not kept; the run goes on
             wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         if wrong:
-            record.trials.append(Trial(what, nb.total_cost, None, False, wrong))
+            record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, wrong))
             continue
         built[what] = (model, nb)
     if built:
@@ -157,7 +157,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             why = ("faster beyond the noise" if kept else
                    "a faster neighbour won" if medians[what] < bar else
                    "within the noise" if medians[what] < base else "slower")
-            record.trials.append(Trial(what, nb.total_cost, medians[what], kept, why))
+            record.trials.append(Trial(PHASE, what, nb.total_cost, medians[what], kept, why))
     record.seconds = time.perf_counter() - start
     winner = next((t.what for t in record.trials if t.kept), None)
     return (built[winner][0] if winner else None), record

@@ -36,10 +36,12 @@ from collage_mlir.runtime.report import (
     Rejection,
     ReportRow,
     RunNotes,
+    Trial,
     Verdict,
     format_baselines,
     format_rejections,
     format_report,
+    format_trials,
     op_names,
     report_data,
 )
@@ -102,10 +104,10 @@ class PartitionedModel:
         self.rejected: list[Rejection] = []
         self.transition_cost = partitioning.transition_cost if partitioning else None
         """Estimated seconds of all hand-offs (saved; None when unknown)."""
-        self.merges: list = []
-        """`search.merge.Merge`s tried after the search (not saved)."""
+        self.trials: list[Trial] = []
+        """What merging and refinement tried after the search (saved)."""
         self.refinement = None
-        """`check.refine.Refinement`: the pick's neighbours timed end to end (not saved)."""
+        """`check.refine.Refinement` of the run that made it (not saved; its trials are)."""
         self.op_names: dict[str, list[str]] = {}
         """Region → ONNX node names, as loaded (the saved text has no locations)."""
         self.baselines: list = []
@@ -256,7 +258,7 @@ class PartitionedModel:
         return Record(self.report_rows, self.estimated_cost, self.transition_cost,
                       self.verdict, self.backends_considered, self.timings, self.rejected,
                       self.op_names or op_names(self.module), self.baseline_rows,
-                      self.skipped)
+                      self.skipped, self.trials)
 
     def report(self, measured: Mapping[str, float] | None = None, format: str = "text",
                rounds: int | None = None, chain_s: float | None = None) -> str:
@@ -271,6 +273,8 @@ class PartitionedModel:
         lines = [format_report(self.report_rows, self.estimated_cost, measured, chain_s)]
         if self.verdict is not None:
             lines.append(self.verdict.summary())
+        if self.trials:
+            lines.append(format_trials(self.trials))
         if self.baseline_rows:
             lines.append(format_baselines(self.baseline_rows, self.estimated_cost))
         if self.skipped:
@@ -486,6 +490,7 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
                              verdict=record.verdict)
     model.transition_cost, model.op_names = record.transition_cost, record.op_names
     model.baseline_rows, model.skipped = record.baselines, record.skipped
+    model.trials = record.trials
     return model.with_record(verdict=record.verdict, candidates=[],
                              backends_considered=record.backends_considered or sorted(backends),
                              timings=record.timings, rejected=record.rejected)

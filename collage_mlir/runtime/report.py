@@ -266,6 +266,42 @@ SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
 @dataclass
+class Trial:
+    """One change tried after the search: `phase` "merge" (a union of two adjacent regions
+    on one backend, judged by the cover's estimate) or "refine" (a neighbour of the kept
+    pick timed end to end beside it; the incumbent itself is a trial too). `estimate_s`:
+    the cover's estimate with it; `measured_s`: its median end to end (refine; None when
+    not timed); `why`: the verdict in words."""
+
+    phase: str
+    what: str
+    estimate_s: float | None
+    measured_s: float | None
+    kept: bool
+    why: str = ""
+
+
+def format_trials(trials: Sequence[Trial]) -> str:
+    """What merging and refinement tried and kept, a line each for what refinement timed."""
+    lines = []
+    merges = [t for t in trials if t.phase == "merge"]
+    if merges:
+        kept = [t for t in merges if t.kept]
+        first, last = merges[0].why, (kept[-1] if kept else merges[-1])
+        lines.append(f"merged after the search: {len(kept)} of {len(merges)} union(s) of "
+                     f"adjacent regions kept" + (f" (estimate {_ms(kept[0].estimate_s)} ... "
+                                                 f"{_ms(last.estimate_s)} ms)" if kept else "")
+                     + (f"; {first}" if first and not kept else ""))
+    refine = [t for t in trials if t.phase == "refine"]
+    if refine:
+        lines.append(f"refinement: {len(refine) - 1} neighbour(s) of the kept pick:")
+        lines += [f"  {'kept ' if t.kept else '     '}{t.what}: "
+                  f"{_ms(t.measured_s) + ' ms' if t.measured_s is not None else 'not timed'}"
+                  f" (est. {_ms(t.estimate_s)} ms) {t.why}" for t in refine]
+    return "\n".join(lines)
+
+
+@dataclass
 class Record:
     """What a report says besides the module: the search's rows and totals, the end-to-end
     check, the run that made the model (backends, phase seconds, candidates left out).
@@ -284,6 +320,8 @@ class Record:
     baselines: list[BaselineRow] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     """Backend → why it was unusable and left out of the run."""
+    trials: list[Trial] = field(default_factory=list)
+    """What merging and refinement tried after the search."""
 
     def to_manifest(self) -> dict:
         """The manifest keys that hold this record (those `load` has always read included)."""
@@ -295,7 +333,8 @@ class Record:
                 "rejected": [asdict(g) for g in self.rejected],
                 "op_names": dict(self.op_names),
                 "baselines": [asdict(b) for b in self.baselines],
-                "skipped": dict(self.skipped)}
+                "skipped": dict(self.skipped),
+                "trials": [asdict(t) for t in self.trials]}
 
     @staticmethod
     def from_manifest(manifest: Mapping) -> Record:
@@ -320,7 +359,8 @@ class Record:
                       baselines=[BaselineRow.from_json(b)
                                  for b in manifest.get("baselines") or []],
                       skipped={str(k): str(v) for k, v in
-                               (manifest.get("skipped") or {}).items()})
+                               (manifest.get("skipped") or {}).items()},
+                      trials=[_trial(t) for t in manifest.get("trials") or []])
 
 
 @dataclass
@@ -475,11 +515,18 @@ def report_data(module: ir.Module, record: Record,
             "totals": _totals(regions, record), "regions": regions, "handoffs": handoffs,
             "verdict": _verdict(record.verdict), "phases_s": dict(record.timings),
             "left_out": [asdict(g) for g in record.rejected], "profile": None,
-            "baselines": _baselines(record)}
+            "baselines": _baselines(record), "trials": [asdict(t) for t in record.trials]}
     if measured is not None:
         data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds,
                                    chain_s)
     return data
+
+
+def _trial(d: Mapping) -> Trial:
+    """A saved trial; TypeError or ValueError where a value has the wrong type."""
+    return Trial(str(d["phase"]), str(d["what"]), _seconds(d.get("estimate_s"), "estimate_s"),
+                 _seconds(d.get("measured_s"), "measured_s"), bool(d["kept"]),
+                 str(d.get("why", "")))
 
 
 def _model_io(plan: Plan, slots: _Slots) -> dict:

@@ -99,3 +99,17 @@ def test_the_number_of_unions_measured_is_bounded():
     estimate = SumOfParts(1.0)
     coalesce(pick, estimate, switch_everywhere, max_tries=3)
     assert sum(len(b) for b in estimate.batches) == 3
+
+
+def test_merges_are_reported_as_trials():
+    from collage_mlir.driver import merge_trial
+    from collage_mlir.runtime.report import format_trials
+
+    graph, n = graph_of([[], [0], [1]])
+    pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(3)], switch_everywhere)
+    _, log = coalesce(pick, SumOfParts(1.0), switch_everywhere)
+    trials = [merge_trial(m) for m in log]
+    assert all(t.phase == "merge" and t.what == "join 1-op and 1-op regions on a"
+               for t in trials[:1])
+    assert [t.kept for t in trials] == [m.kept for m in log]
+    assert "union(s) of adjacent regions kept" in format_trials(trials)

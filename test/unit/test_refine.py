@@ -7,11 +7,14 @@ for wrong numbers, and what counts as beyond the noise.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from fault_backend import FaultInjectingBackend, NumpyTestBackend
 from test_verify import relu_chain
 
+import collage_mlir
 from collage_mlir import driver
 from collage_mlir.backends.registry import _extra, register_backend
 from collage_mlir.candidate import CandidatePartition
@@ -20,10 +23,12 @@ from collage_mlir.check.compare import Timing
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import clone_module
+from collage_mlir.runtime.report import SCHEMA_PATH
 from collage_mlir.search.search import search
 from collage_mlir.tensors import model_inputs
 
 NUMPY, FAULT = NumpyTestBackend.name, FaultInjectingBackend.name
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (test extra) not installed")
 
 
 @pytest.fixture
@@ -131,7 +136,7 @@ def test_no_budget_no_refinement(doubles, monkeypatch):
     assert better is None and record.trials == []
 
 
-def test_compile_refines_the_checked_pick_and_records_it(monkeypatch):
+def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
     """Through `collage_mlir.compile`: the check keeps the split pick, refinement joins two
     regions (injected as faster) and the result runs right and says what was tried."""
     from test_verify import _chain_ref, compile_chain, fake_timings
@@ -148,6 +153,15 @@ def test_compile_refines_the_checked_pick_and_records_it(monkeypatch):
     assert len(model.plan.steps) == 11 and "refine" in model.timings
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
     assert np.allclose(model.run([x])[0], _chain_ref(x))
+    # the report lists the incumbent, then every neighbour; saved and loaded with the model
+    refine_rows = [t for t in model.trials if t.phase == "refine"]
+    assert refine_rows[0].what.startswith("incumbent") and not refine_rows[0].kept
+    assert "refinement:" in model.report() and "kept join region 0 " in model.report()
+    data = json.loads(model.report(format="json"))
+    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    assert [t["what"] for t in data["trials"]] == [t.what for t in model.trials]
+    again = collage_mlir.load(model.save(tmp_path / "refined"))
+    assert again.trials == model.trials
 
 
 def test_no_refinement_when_the_check_replaced_the_pick(monkeypatch):
