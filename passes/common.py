@@ -1,10 +1,14 @@
-"""Small helpers shared by the passes: node stamps."""
+"""Small helpers shared by the passes: node stamps, the regions collage-search stamped."""
 
 from __future__ import annotations
+
+from collections import defaultdict
 
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
+from collage_mlir.dialects.func import function_name
+from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind
 
 
@@ -15,3 +19,24 @@ def stamp_nodes(graph: DataflowGraph) -> None:
         for node in graph.nodes:
             if node.kind is NodeKind.OP:
                 node.op.attributes[collage.NODE] = ir.IntegerAttr.get(i64, node.index)
+
+
+def stamped_regions(fn: ir.Operation) -> tuple[DataflowGraph, dict[int, list[int]],
+                                                   dict[int, str]]:
+    """The graph of `fn` and the regions collage-search stamped on its ops: region →
+    its nodes, region → its backend."""
+    graph = DataflowGraph(fn)
+    name = function_name(fn)
+    members: dict[int, list[int]] = defaultdict(list)
+    backend: dict[int, str] = {}
+    for node in graph.op_nodes():
+        attrs = node.op.attributes
+        if collage.REGION not in attrs or collage.BACKEND not in attrs:
+            raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
+                               f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
+        k = ir.IntegerAttr(attrs[collage.REGION]).value
+        members[k].append(node.index)
+        b = ir.StringAttr(attrs[collage.BACKEND]).value
+        if backend.setdefault(k, b) != b:
+            raise CollageError(f"@{name}: region {k} mixes backends {backend[k]} and {b}")
+    return graph, members, backend

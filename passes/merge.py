@@ -12,7 +12,6 @@ renumbered in execution order. Only attributes change.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 from iree.compiler import ir
@@ -23,7 +22,8 @@ from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.driver import make_estimator, merge
 from collage_mlir.errors import CollageError
-from collage_mlir.graph import DataflowGraph, SubGraph, bits_of
+from collage_mlir.graph import SubGraph, bits_of
+from collage_mlir.passes.common import stamped_regions
 from collage_mlir.passes.registry import CollagePass, option, register
 from collage_mlir.passes.search import write_partitioning
 from collage_mlir.search import Partitioning, evaluate
@@ -60,17 +60,7 @@ class MergePass(CollagePass):
 def read_partitioning(fn: ir.Operation) -> Partitioning:
     """The regions collage-search stamped on `fn`, in region order, with their costs."""
     name = function_name(fn)
-    graph = DataflowGraph(fn)
-    members: dict[int, list[int]] = defaultdict(list)
-    backend: dict[int, str] = {}
-    for node in graph.op_nodes():
-        attrs = node.op.attributes
-        if collage.REGION not in attrs or collage.BACKEND not in attrs:
-            raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
-                               f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
-        k = ir.IntegerAttr(attrs[collage.REGION]).value
-        members[k].append(node.index)
-        backend[k] = ir.StringAttr(attrs[collage.BACKEND]).value
+    graph, members, backend = stamped_regions(fn)
     if collage.REGION_COSTS not in fn.attributes:
         raise CollageError(f"@{name} has no {collage.REGION_COSTS}; run collage-search first")
     costs = [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]

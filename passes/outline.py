@@ -9,16 +9,16 @@ results. This is the only pass that rewrites the model.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
-from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.dialects.func import public_functions
 from collage_mlir.errors import CollageError
-from collage_mlir.graph import DataflowGraph, SubGraph, bits_of
+from collage_mlir.graph import SubGraph, bits_of
 from collage_mlir.graph.outline import outline_placed
+from collage_mlir.passes.common import stamped_regions
 from collage_mlir.passes.registry import CollagePass, register
 
 
@@ -37,20 +37,7 @@ class OutlinePass(CollagePass):
 
 def outline_function(fn: ir.Operation) -> list[ir.Operation]:
     """Outline the regions of one function; returns the new call ops in execution order."""
-    graph = DataflowGraph(fn)
-    name = function_name(fn)
-    members: dict[int, list[int]] = defaultdict(list)
-    backend: dict[int, str] = {}
-    for node in graph.op_nodes():
-        attrs = node.op.attributes
-        if collage.REGION not in attrs or collage.BACKEND not in attrs:
-            raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
-                               f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
-        k = ir.IntegerAttr(attrs[collage.REGION]).value
-        members[k].append(node.index)
-        b = ir.StringAttr(attrs[collage.BACKEND]).value
-        if backend.setdefault(k, b) != b:
-            raise CollageError(f"@{name}: region {k} mixes backends {backend[k]} and {b}")
+    graph, members, backend = stamped_regions(fn)
     costs = _region_costs(fn)
     return outline_placed(graph, [(k, SubGraph(graph, bits_of(members[k])), backend[k],
                                    costs[k] if k < len(costs) else None)
