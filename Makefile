@@ -37,7 +37,7 @@ SHOT     := build/explain
 explain-screenshot: $(STAMP)
 	mkdir -p $(SHOT) docs
 	$(BIN)/collage-mlir partition examples/alexnet.onnx --backends onnxruntime,openvino \
-	  --cost table:test/data/explain_costs.json --max-depth 2 -o $(SHOT)/alexnet \
+	  --cost table:test/data/explain_costs.json --max-depth 2 --no-merge -o $(SHOT)/alexnet \
 	  --json $(SHOT)/alexnet.json
 	$(BIN)/collage-mlir explain $(SHOT)/alexnet -o $(SHOT)/alexnet.html \
 	  --cost table:test/data/explain_costs.json
