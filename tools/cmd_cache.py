@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "every row as JSON lines ('-': stdout); import FILE: add the rows of "
                         "an exported file (a row replaces an older one with its key)")
     p.add_argument("file", nargs="?", default=None, metavar="FILE",
-                   help="export / import: the JSON-lines file")
+                   help="export / import: the JSON-lines file ('-': stdout / stdin; no "
+                        "default: export and import need one)")
     add_cache_argument(p)
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="only this backend (list, clear, remeasure; default: every backend)")
