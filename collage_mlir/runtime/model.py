@@ -331,7 +331,9 @@ class PartitionedModel:
                                      zip(self.plan.input_names, self.plan.inputs, strict=True)},
                     "regions": entries, **self.record().to_manifest()}
         manifest["checksums"] = {p.name: _sha256(p) for p in sorted(out.iterdir())}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        manifest = json.loads(json.dumps(manifest, default=str))  # as `load` will read it
+        manifest[MANIFEST_DIGEST] = _manifest_digest(manifest)
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
 def _saved_kernel(backend: Backend, fn: ir.Operation, stem: str) -> Kernel | Exception:
@@ -396,10 +398,23 @@ def _replace_dir(staged: Path, out: Path) -> None:
         staged.rename(out)
 
 
+MANIFEST_DIGEST = "manifest_sha256"
+"""The manifest's own checksum, over its other keys: a flipped bit in a report string is
+caught like one in a weight."""
+
+
+def _manifest_digest(manifest: Mapping) -> str:
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def _verify_checksums(d: Path, manifest: dict) -> None:
-    """Every file the model is read from (model.mlir and each region's artifacts) has its
-    checksum in the manifest and matches it: a manifest whose checksums were dropped is as
-    untrustworthy as a changed artifact."""
+    """The manifest matches its own checksum, and every file the model is read from
+    (model.mlir and each region's artifacts) has its checksum in the manifest and matches
+    it: a manifest whose checksums were dropped is as untrustworthy as a changed artifact."""
+    if manifest.get(MANIFEST_DIGEST) != _manifest_digest(manifest):
+        raise CollageError(f"{d / 'manifest.json'}: changed since it was saved (or saved by "
+                           "an older version: no checksum of its own); partition again")
     sums = manifest.get("checksums")
     if not isinstance(sums, dict):
         raise CollageError(f"{d / 'manifest.json'}: no checksums; partition again")

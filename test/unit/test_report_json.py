@@ -15,7 +15,7 @@ from explain_model import BACKENDS, COSTS, MODELS, ROOT, SvgPage, mixed_model, n
 import collage_mlir
 from collage_mlir.errors import CollageError
 from collage_mlir.runtime.explain import backend_colours, explain_html
-from collage_mlir.runtime.model import describe
+from collage_mlir.runtime.model import MANIFEST_DIGEST, _manifest_digest, describe
 from collage_mlir.runtime.report import (
     SCHEMA_PATH,
     SCHEMA_VERSION,
@@ -237,8 +237,9 @@ def test_a_malformed_record_is_one_line(mixed, tmp_path, key, value):
     _, saved = mixed
     damaged = tmp_path / "m"
     shutil.copytree(saved, damaged)
-    manifest = json.loads((damaged / "manifest.json").read_text())
-    (damaged / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
+    manifest = dict(json.loads((damaged / "manifest.json").read_text()), **{key: value})
+    manifest[MANIFEST_DIGEST] = _manifest_digest(manifest)  # signed: the record is checked
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CollageError, match=r"manifest.json: malformed"):
         describe(damaged)
 

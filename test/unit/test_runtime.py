@@ -167,14 +167,30 @@ func.func @f(%arg0: {T}) -> {T} attributes {{torch.onnx_meta.opset_version = 17 
 def test_a_manifest_without_an_artifacts_checksum_is_refused(model, tmp_path):
     import json
 
+    from collage_mlir.runtime.model import MANIFEST_DIGEST, _manifest_digest
+
     out = model.save(tmp_path / "out")
     manifest = json.loads((out / "manifest.json").read_text())
     artifact = manifest["regions"][0]["artifacts"][0]
     (out / artifact).write_bytes((out / artifact).read_bytes() + b" ")  # tampered ...
     for sums in ({}, {k: v for k, v in manifest["checksums"].items() if k != artifact}):
-        (out / "manifest.json").write_text(json.dumps(dict(manifest, checksums=sums)))
+        changed = dict(manifest, checksums=sums)
+        (out / "manifest.json").write_text(json.dumps(changed))
+        with pytest.raises(collage_mlir.CollageError, match="manifest.json: changed since"):
+            load(out)  # ... and its checksum dropped: the manifest's own checksum says so
+        changed[MANIFEST_DIGEST] = _manifest_digest(changed)
+        (out / "manifest.json").write_text(json.dumps(changed))
         with pytest.raises(collage_mlir.CollageError, match="has no checksum in the manifest"):
-            load(out)  # ... and its checksum dropped: refused, not run
+            load(out)  # ... even re-signed: refused, not run
+
+
+def test_a_flipped_byte_in_a_manifest_string_is_refused(model, tmp_path):
+    out = model.save(tmp_path / "out")
+    text = (out / "manifest.json").read_text()
+    at = text.index('"', text.index('"backends_considered": [') + 24) + 1  # a name in a list
+    (out / "manifest.json").write_text(text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1:])
+    with pytest.raises(collage_mlir.CollageError, match="manifest.json: changed since"):
+        load(out)
 
 
 @pytest.mark.skipif("openvino" not in available_backends(), reason="openvino unavailable")
