@@ -406,8 +406,9 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     finally:
         if owns_estimator:
             estimator.close()
-    refining = verify and options.refine_budget_s > 0 and len(partitioning.choices) > 1
+    refining = verify and options.refine_budget_s > 0
     pristine = clone_module(module) if alternatives or refining else None
+    refine_base = pristine  # the module refinement builds its neighbours from
     with _timed(timings, "compile"):
         result = build(module, partitioning, probed.saved)
     verdict = None
@@ -417,11 +418,12 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                        probed.whole)
             if kept is not None:
                 result = None  # the pick's kernels go before the kept model is compiled
+                refine_base = clone_module(pristine) if refining else None
                 result = build(pristine, kept, probed.saved_for(kept))
     refinement = None
-    if refining and result.partitioning is partitioning:  # the check kept the pick
+    if refining:
         with _timed(timings, "refine"):
-            better, refinement = refine(result, pristine, candidates, probed.costs,
+            better, refinement = refine(result, refine_base, candidates, probed.costs,
                                         estimator.transition_cost, options.refine_budget_s,
                                         report_rows)
             result = better or result
@@ -430,7 +432,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                              backends_considered=names, timings=timings,
                              rejected=rejected + probed.rejected, notes=notes)
     out.trials = [merge_trial(m) for m in merges] + (
-        refinement.report(partitioning.total_cost) if refinement else [])
+        refinement.report(refinement.estimate_s) if refinement else [])
     out.refinement = refinement
     return out
 

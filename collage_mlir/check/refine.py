@@ -7,7 +7,11 @@ tries a bounded set of neighbours, most promising (by estimate) first:
 - **flip**: one region moved to its runner-up backend (the same nodes, the next-cheapest
   measured candidate);
 - **join**: two adjacent regions replaced by one measured candidate covering exactly both
-  (so a boundary whose hand-off costs more in the chain than estimated can disappear).
+  (so a boundary whose hand-off costs more in the chain than estimated can disappear);
+- **island**: a measured candidate inside a region, on another backend that beats the
+  region's own backend on those nodes, carved out of it — the rest of the region split in
+  two, upstream of the island and the remainder (not measured as such: the timing judges).
+  This is how a whole model the check kept gets its per-op winners back one at a time.
 
 Each neighbour is built on a copy of the un-outlined module, reusing the incumbent's
 compiled kernels for every region it shares, run once and compared with the incumbent's
@@ -31,7 +35,7 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, Trial
@@ -50,6 +54,10 @@ NOISE_FLOOR = 0.02
 """Smallest gain kept whatever the run's own noise: identical kernels timed quietly side by
 side spread about ±2% on this project's machines."""
 MAX_NEIGHBOURS = 6
+MAX_ISLANDS = 4
+"""Island neighbours at most (each compiles most of the model again on its backend)."""
+ISLAND_RULE = "island-rest"
+"""`rule_name` of the parts of a region around an island."""
 PHASE = "refine"
 
 Rows = Callable[[Partitioning], list[ReportRow]]
@@ -63,6 +71,7 @@ class Refinement:
     and the seconds it took."""
 
     incumbent_s: float | None = None
+    estimate_s: float | None = None
     noise: float | None = None
     trials: list[Trial] = field(default_factory=list)
     seconds: float = 0.0
@@ -87,7 +96,8 @@ class Refinement:
 def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
                costs: Sequence[float], transition: TransitionCost | None
                ) -> list[tuple[str, Partitioning]]:
-    """The pick's flips and joins (see the module docstring), cheapest estimate first."""
+    """The pick's flips, joins and islands (see the module docstring), cheapest estimate
+    first."""
     graph = pick.graph
     by_nodes: dict[int, list[tuple[float, CandidatePartition]]] = {}
     for c, cost in zip(candidates, costs, strict=True):
@@ -95,19 +105,57 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
             by_nodes.setdefault(c.inside, []).append((cost, c))
     out = []
     for k, ch in enumerate(pick.choices):
-        if ch.runner_up is not None and ch.runner_up_cost is not None:
-            swapped = _replaced(pick, {k}, Choice(ch.runner_up, ch.runner_up_cost), transition)
+        whole = ch.candidate.inside == graph.op_bits  # the check timed the other whole models
+        if ch.runner_up is not None and ch.runner_up_cost is not None and not whole:
+            swapped = _replaced(pick, {k}, [Choice(ch.runner_up, ch.runner_up_cost)],
+                                transition)
             out.append((f"flip {_label(graph, k, ch.candidate)} to {ch.runner_up.backend}",
                         swapped))
     for a, b in adjacent_regions(pick.choices):
         union = pick.choices[a].candidate.inside | pick.choices[b].candidate.inside
         for cost, c in sorted(by_nodes.get(union, []), key=lambda t: (t[0], t[1].backend)):
-            joined = _replaced(pick, {a, b}, Choice(c, cost), transition)
+            joined = _replaced(pick, {a, b}, [Choice(c, cost)], transition)
             out.append((f"join {_label(graph, a, pick.choices[a].candidate)} and "
                         f"{_label(graph, b, pick.choices[b].candidate)} on {c.backend}",
                         joined))
             break
+    out += _islands(pick, by_nodes, transition)
     return sorted(out, key=lambda t: (t[1].total_cost, t[0]))
+
+
+def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
+             transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
+    """For each region R on backend X, the MAX_ISLANDS measured candidates inside R on
+    another backend that gain most on X's own candidate for the same nodes: R becomes the
+    part of R upstream of the island, the island, and the rest of R (both parts convex, and
+    the cover stays acyclic: nothing downstream of the island reaches back upstream)."""
+    graph = pick.graph
+    found = []
+    for k, ch in enumerate(pick.choices):
+        region, backend = ch.candidate.inside, ch.candidate.backend
+        for inside, rivals in by_nodes.items():
+            if inside & ~region or inside == region:
+                continue
+            own = min((cost for cost, c in rivals if c.backend == backend), default=None)
+            if own is None:
+                continue
+            for cost, c in rivals:
+                if c.backend != backend and cost < own:
+                    found.append((own - cost, k, c, cost, own))
+    out = []
+    for _, k, island, cost, own in sorted(found, key=lambda t: (-t[0], t[1], t[2].sort_key())
+                                          )[:MAX_ISLANDS]:
+        ch = pick.choices[k]
+        rest = ch.candidate.inside & ~island.inside
+        up = sum(1 << i for i in iter_bits(rest) if graph.downstream[i] & island.inside)
+        parts = [p for p in (up, rest & ~up) if p]
+        share = max(ch.cost - own, 0.0) / max(rest.bit_count(), 1)  # R's cost spread
+        new = [Choice(island, cost)] + [
+            Choice(CandidatePartition(SubGraph(graph, p), ch.candidate.backend, ISLAND_RULE),
+                   share * p.bit_count()) for p in parts]
+        out.append((f"island {island.backend}: {_ops(graph, island)} in "
+                    f"{_label(graph, k, ch.candidate)}", _replaced(pick, {k}, new, transition)))
+    return out
 
 
 def refine(incumbent: PartitionedModel, pristine: ir.Module,
@@ -117,8 +165,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried."""
     start = time.perf_counter()
-    record = Refinement()
-    if incumbent.partitioning is None or budget_s <= 0 or len(incumbent.partitioning.choices) < 2:
+    record = Refinement(estimate_s=incumbent.estimated_cost)
+    if incumbent.partitioning is None or budget_s <= 0:
         return None, record
     # the incumbent's graph was outlined away: price the neighbours on the pristine one
     graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
@@ -211,10 +259,10 @@ def _moved(c: CandidatePartition, graph: DataflowGraph) -> CandidatePartition:
     return CandidatePartition(SubGraph(graph, c.inside), c.backend, c.rule_name)
 
 
-def _replaced(pick: Partitioning, drop: set[int], new: Choice,
+def _replaced(pick: Partitioning, drop: set[int], new: Sequence[Choice],
               transition: TransitionCost | None) -> Partitioning:
     """`pick` with the regions in `drop` replaced by `new`, in execution order, re-priced."""
-    kept = [ch for k, ch in enumerate(pick.choices) if k not in drop] + [new]
+    kept = [ch for k, ch in enumerate(pick.choices) if k not in drop] + list(new)
     order = execution_order(pick.graph, [ch.candidate for ch in kept])
     ordered = tuple(kept[k] for k in order)
     total, moved = evaluate(pick.graph, [ch.candidate for ch in ordered],
@@ -224,7 +272,10 @@ def _replaced(pick: Partitioning, drop: set[int], new: Choice,
 
 def _label(graph: DataflowGraph, k: int, c: CandidatePartition) -> str:
     """Region k of the pick for people: its number, backend and first op types."""
+    return f"region {k} ({c.backend}: {_ops(graph, c)})"
+
+
+def _ops(graph: DataflowGraph, c: CandidatePartition) -> str:
     types = [graph.nodes[i].op_type for i in c.sub_graph.nodes]
-    ops = "+".join(types[:3]) + ("+…" if len(types) > 3 else "")
-    return f"region {k} ({c.backend}: {ops})"
+    return "+".join(types[:3]) + ("+…" if len(types) > 3 else "")
 

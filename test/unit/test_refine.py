@@ -164,7 +164,7 @@ def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
     assert again.trials == model.trials
 
 
-def test_no_refinement_when_the_check_replaced_the_pick(monkeypatch):
+def test_a_whole_model_the_check_kept_is_refined_by_islands(monkeypatch):
     from test_verify import compile_chain, fake_timings
 
     from collage_mlir.check import verify
@@ -172,4 +172,40 @@ def test_no_refinement_when_the_check_replaced_the_pick(monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side",
                         fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
     model = compile_chain(["onnxruntime"], refine_budget_s=5.0)
-    assert model.verdict.kept == "onnxruntime whole" and model.refinement is None
+    assert model.verdict.kept == "onnxruntime whole"
+    assert model.refinement is not None and model.refinement.trials == []  # one backend
+
+
+def whole_pick():
+    """Neg, Relu, Neg run whole on numpy_test; single ops measured on both backends, fault
+    cheaper on each. Returns (pristine, incumbent, candidates, costs)."""
+    module = relu_chain(3)
+    pristine = clone_module(module)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    ops = [node.index for node in graph.op_nodes()]
+    cands = [CandidatePartition(SubGraph(graph, graph.op_bits), NUMPY)]
+    costs = [2.5e-3]
+    for i in ops:
+        for backend, cost in ((NUMPY, 1e-3), (FAULT, 0.5e-3)):
+            cands.append(CandidatePartition(SubGraph(graph, 1 << i), backend))
+            costs.append(cost)
+    pick = search(graph, cands[:1], costs[:1], None)
+    return pristine, driver.build(module, pick), cands, costs
+
+
+def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monkeypatch):
+    pristine, incumbent, cands, costs = whole_pick()
+    whats = [w for w, _ in refine_mod.neighbours(incumbent.partitioning, cands, costs, None)]
+    assert sorted(whats) == sorted(f"island {FAULT}: {op} in region 0 ({NUMPY}: Neg+Relu+Neg)"
+                                   for op in ("Neg", "Relu", "Neg"))
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n.startswith("island") else 2e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows)
+    relu = [t for t in record.trials if "Relu" in t.what]
+    assert relu and relu[0].measured_s is None and "wrong numbers" in relu[0].why
+    assert better is not None  # a Neg island (right on fault), injected as faster
+    assert sorted(s.backend for s in better.plan.steps) in ([FAULT, NUMPY],
+                                                           [FAULT, NUMPY, NUMPY])
+    x = model_inputs(pristine)
+    np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
