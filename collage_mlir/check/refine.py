@@ -34,6 +34,7 @@ from collage_mlir.backends.base import Kernel
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side
 from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.cost.worker import resident_bytes
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
@@ -54,6 +55,8 @@ NOISE_FLOOR = 0.02
 """Smallest gain kept whatever the run's own noise: identical kernels timed quietly side by
 side spread about ±2% on this project's machines."""
 MAX_NEIGHBOURS = 6
+LEAK_BYTES = 64 << 20
+"""A second run of the incumbent growing the process by more than this stops refinement."""
 MAX_ISLANDS = 4
 """Island neighbours at most (each compiles most of the model again on its backend)."""
 ISLAND_RULE = "island-rest"
@@ -173,7 +176,15 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     pick = _rebased(incumbent.partitioning, graph)
     candidates = [_moved(c, graph) for c in candidates]
     inputs = model_inputs(pristine)
+    incumbent.run(inputs)  # the first run may allocate; a second that grows memory leaks
+    before = resident_bytes()
     reference = incumbent.run(inputs)
+    grown = resident_bytes() - before
+    if before and grown > LEAK_BYTES:  # timing it dozens of times more could exhaust memory
+        record.trials.append(Trial(PHASE, "refinement", None, None, False,
+                                   f"not refined: one run grew this process by "
+                                   f"{grown >> 20} MiB (a kernel that leaks?)"))
+        return None, record
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     for what, nb in neighbours(pick, candidates, costs, transition)[:MAX_NEIGHBOURS]:
         if time.perf_counter() - start > budget_s / 2:

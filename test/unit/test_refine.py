@@ -209,3 +209,15 @@ def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monk
                                                            [FAULT, NUMPY, NUMPY])
     x = model_inputs(pristine)
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
+
+
+def test_a_model_whose_run_grows_memory_is_not_refined(doubles, monkeypatch):
+    """A leaking kernel timed dozens of times more could take the machine's memory: a
+    second run of the incumbent that grows the process stops refinement (RSS faked)."""
+    sizes = iter([1 << 30, (1 << 30) + (256 << 20)])
+    monkeypatch.setattr(refine_mod, "resident_bytes", lambda: next(sizes))
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    _, better, record, _ = run_refine(doubles, lambda n: 1e-3, monkeypatch)
+    assert better is None
+    assert [t.why for t in record.trials] == [
+        "not refined: one run grew this process by 256 MiB (a kernel that leaks?)"]
