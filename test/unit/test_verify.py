@@ -169,6 +169,7 @@ def test_a_one_region_pick_is_checked_against_other_backends(tmp_path, monkeypat
     monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
         {verify.PICK: medians[0], "openvino whole": medians[1]}))
     model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 refine_budget_s=0,
                                  estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
     assert model.verdict.kept == kept
     want = "onnxruntime" if kept == verify.PICK else "openvino"
@@ -188,6 +189,7 @@ def test_a_far_dearer_whole_model_is_timed_all_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
         {verify.PICK: 2.0, "openvino whole": 1.0}))
     model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 refine_budget_s=0,
                                  estimator=TableEstimator.from_json(
                                      whole_favouring(tmp_path, ov_factor=2.0)))
     assert model.verdict.kept == "openvino whole"
@@ -226,6 +228,7 @@ def test_verified_mix_on_alexnet_matches_onnxruntime(monkeypatch, tmp_path):
     monkeypatch.setattr(verify, "time_side_by_side", lambda runners, inputs, **kw: [
         Timing(n, 1.0 if n == "openvino whole" else 2.0, 2.0) for n in runners])
     model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, max_depth=1, verify=True,
+                                 refine_budget_s=0,  # the check's verdict is under test
                                  estimator=TableEstimator.from_json(str(costs)))
     assert model.verdict.kept == "openvino whole"
     assert [s.backend for s in model.plan.steps] == ["openvino"]
@@ -274,6 +277,7 @@ def test_an_alternative_that_fails_here_is_not_a_contender(tmp_path, monkeypatch
 
     monkeypatch.setattr(verify, "whole_model_runner", broken)
     model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 refine_budget_s=0,
                                  estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
     assert model.verdict is None  # nothing left to compare with
     assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
