@@ -496,7 +496,6 @@ class MeasuringEstimator(CostEstimator):
         if not keys:
             return
         client = WorkerClient(self._worker_config(info))
-        cleared = run.cleared.setdefault(info.name, set())
         hung = run.hung.setdefault(info.name, {})
         load = self.load_probe()
 
@@ -518,21 +517,8 @@ class MeasuringEstimator(CostEstimator):
             before = previous.get(key)
             m = self._measurement(info, key, rk, result, before, max(load, now))
             load = now
-            kept = m
-            if m.status in (ERROR, TIMEOUT) and before is not None and before.status == OK:
-                kept = before  # a stale row not measured again (busy, broken) keeps its cost
-            else:
-                self.cache.put(m)
-                self.cache.beat(self.claimant)
-            self._count(m)
-            types = _op_types(sub_graph)
-            if m.status == TIMEOUT:
-                for t in sorted(types - cleared):
-                    why = f"skipped: {info.name} hung on {t} earlier in this run"
-                    hung.setdefault(t, why)
-                    self._seen.hung.setdefault(info.name, {}).setdefault(t, why)
-            else:
-                cleared.update(types)
+            kept = self._keep(m, before)
+            self._learn(info.name, sub_graph, m.status, run)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
             settle(key, kept)
@@ -590,13 +576,7 @@ class MeasuringEstimator(CostEstimator):
                     error=f"measured on a machine of another kind ({o.host}, {o.version}, "
                           f"{o.options}): cached as its own, not used here"))
                 return
-            kept = m
-            if m.status in (ERROR, TIMEOUT) and before is not None and before.status == OK:
-                kept = before  # a stale row not measured again (busy, broken) keeps its cost
-            else:
-                self.cache.put(m)
-                self.cache.beat(self.claimant)
-            self._count(m)
+            kept = self._keep(m, before)
             self._learn(info.name, rows[o.key][1], m.status, run)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
@@ -613,9 +593,19 @@ class MeasuringEstimator(CostEstimator):
         finally:
             self.cache.release([k for keys in plan.values() for k in keys], self.claimant)
 
+    def _keep(self, m: Measurement, before: Measurement | None) -> Measurement:
+        """The row a new result leaves: into the cache (and counted), except that a stale
+        row not measured again (busy, broken) keeps its cost."""
+        self._count(m)
+        if m.status in (ERROR, TIMEOUT) and before is not None and before.status == OK:
+            return before
+        self.cache.put(m)
+        self.cache.beat(self.claimant)
+        return m
+
     def _learn(self, backend: str, sub_graph: SubGraph, status: str, run: _Run) -> None:
-        """After a remote result: a timeout marks its op types hung for the rest of the
-        run (and the estimator's later calls), any other result clears them."""
+        """After a result: a timeout marks its op types hung for the rest of the run (and
+        the estimator's later calls), any other result clears them."""
         types = _op_types(sub_graph)
         cleared = run.cleared.setdefault(backend, set())
         if status != TIMEOUT:
