@@ -8,6 +8,7 @@ for wrong numbers, and what counts as beyond the noise.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -66,6 +67,13 @@ def chain_pick(n: int = 3):
     return pristine, incumbent, cands, costs
 
 
+def live(pristine, incumbent):
+    """The incumbent's partitioning over `pristine`'s graph (outlining erased the ops of
+    the graph it was searched on), as `refine` hands it to `neighbours`."""
+    graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+    return refine_mod._rebased(incumbent.partitioning, graph)
+
+
 def timings_by(rule):
     """A stand-in for time_side_by_side: each contender's median is rule(name)."""
     def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
@@ -82,8 +90,8 @@ def run_refine(doubles_ready, rule, monkeypatch, budget_s: float = 5.0):
 
 
 def test_neighbours_are_flips_and_joins_cheapest_first(doubles):
-    _, incumbent, cands, costs = chain_pick()
-    found = refine_mod.neighbours(incumbent.partitioning, cands, costs, None)
+    pristine, incumbent, cands, costs = chain_pick()
+    found = refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)
     whats = [w for w, _ in found]
     assert sum(w.startswith("flip") for w in whats) == 3
     assert sum(w.startswith("join") for w in whats) == 2  # only where a candidate covers both
@@ -107,8 +115,8 @@ def test_a_neighbour_faster_beyond_the_noise_replaces_the_incumbent(doubles, mon
 
 
 def first_join(_doubles) -> str:
-    _, incumbent, cands, costs = chain_pick()
-    return next(w for w, _ in refine_mod.neighbours(incumbent.partitioning, cands, costs, None)
+    pristine, incumbent, cands, costs = chain_pick()
+    return next(w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)
                 if w.startswith("join"))
 
 
@@ -173,7 +181,8 @@ def test_a_whole_model_the_check_kept_is_refined_by_islands(monkeypatch):
                         fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
     model = compile_chain(["onnxruntime"], refine_budget_s=5.0)
     assert model.verdict.kept == "onnxruntime whole"
-    assert model.refinement is not None and model.refinement.trials == []  # one backend
+    assert model.refinement is not None  # one backend: no islands, only splits of its own
+    assert all(t.what.startswith("split") for t in model.refinement.trials)
 
 
 def whole_pick():
@@ -195,7 +204,7 @@ def whole_pick():
 
 def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monkeypatch):
     pristine, incumbent, cands, costs = whole_pick()
-    whats = [w for w, _ in refine_mod.neighbours(incumbent.partitioning, cands, costs, None)]
+    whats = [w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)]
     assert sorted(whats) == sorted(f"island {FAULT}: {op} in region 0 ({NUMPY}: Neg+Relu+Neg)"
                                    for op in ("Neg", "Relu", "Neg"))
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
@@ -221,3 +230,32 @@ def test_a_model_whose_run_grows_memory_is_not_refined(doubles, monkeypatch):
     assert better is None
     assert [t.why for t in record.trials] == [
         "not refined: one run grew this process by 256 MiB (a kernel that leaks?)"]
+
+
+def test_a_region_is_split_where_its_own_backends_parts_cost_less(doubles, monkeypatch):
+    """A whole model on numpy_test estimated above its three single ops on numpy_test: the
+    split is a neighbour, kept when it times faster, and computes the same outputs."""
+    pristine, incumbent, cands, costs = whole_pick()
+    costs = [4e-3] + [math.inf if c.backend == FAULT else cost
+                      for c, cost in zip(cands[1:], costs[1:], strict=True)]
+    found = dict(refine_mod.neighbours(live(pristine, incumbent), cands, costs, None))
+    what = f"split region 0 ({NUMPY}: Neg+Relu+Neg) into 3 on {NUMPY}"
+    assert list(found) == [what]
+    assert [c.candidate.backend for c in found[what].choices] == [NUMPY] * 3
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n.startswith("split") else 2e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows)
+    assert better is not None and len(better.plan.steps) == 3
+    assert [t.what for t in record.trials if t.kept] == [what]
+    x = model_inputs(pristine)
+    np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
+
+
+def test_no_split_where_the_whole_region_is_its_backends_cheapest_cover(doubles):
+    """whole_pick's whole model (2.5 ms) beats its single ops on numpy_test (3 ms), and a
+    region whose node has no finite candidate of its own backend is not split either."""
+    pristine, incumbent, cands, costs = whole_pick()
+    assert refine_mod._splits(live(pristine, incumbent), cands, costs, None) == []
+    costs = [4e-3] + [math.inf if k == 1 else cost for k, cost in enumerate(costs[1:], 1)]
+    assert refine_mod._splits(live(pristine, incumbent), cands, costs, None) == []
