@@ -22,7 +22,7 @@ from iree.compiler import ir
 from collage_mlir.annotate import generate_candidates, specs_for
 from collage_mlir.backends.registry import available_backends, registered_backends
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.isolated import probe_final
+from collage_mlir.check.isolated import Probed, probe_final
 from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick
@@ -400,12 +400,21 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         with _timed(timings, "probe"):
             probed = probe_final(module, candidates, costs, partitioning, estimator,
                                  verify=verify, timeout_s=options.timeout_s)
-        partitioning, alternatives = probed.partitioning, probed.alternatives
         notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
                           timings, partitioning)
+        return _finish(module, options, estimator, timings, verify, candidates, probed,
+                       names, rejected, notes, merges)
     finally:
-        if owns_estimator:
+        if owns_estimator:  # open until refinement has measured what it builds
             estimator.close()
+
+
+def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimator,
+            timings: dict[str, float], verify: bool, candidates: list[CandidatePartition],
+            probed: Probed, names: list[str], rejected: list[Rejection], notes: list[str],
+            merges: list[Merge]) -> PartitionedModel:
+    """Compile the probed pick, check it end to end, refine what the check kept."""
+    partitioning, alternatives = probed.partitioning, probed.alternatives
     refining = verify and options.refine_budget_s > 0
     pristine = clone_module(module) if alternatives or refining else None
     refine_base = pristine  # the module refinement builds its neighbours from
@@ -425,7 +434,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         with _timed(timings, "refine"):
             better, refinement = refine(result, refine_base, candidates, probed.costs,
                                         estimator.transition_cost, options.refine_budget_s,
-                                        report_rows)
+                                        report_rows, estimator)
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,

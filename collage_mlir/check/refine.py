@@ -17,9 +17,12 @@ tries a bounded set of neighbours, most promising (by estimate) first:
   do best by it (alexnet on OpenVINO: its 4-region cover ran 5% faster than the whole
   model, side by side), and the check only times whole models.
 
-Each neighbour is built on a copy of the un-outlined module, reusing the incumbent's
-compiled kernels for every region it shares, run once and compared with the incumbent's
-outputs, then timed side by side, interleaved, with the incumbent — which is timed twice,
+An island's remainder parts are the only regions of a neighbour no measuring worker has
+compiled and run; given the estimator, they are measured first, in its isolated workers, so
+a backend that crashes on one costs that neighbour, not the run (and the neighbour's estimate
+becomes a measured one). Each neighbour is built on a copy of the un-outlined module, reusing
+the incumbent's compiled kernels for every region it shares, run once and compared with the
+incumbent's outputs, then timed side by side, interleaved, with the incumbent — which is timed twice,
 so the run measures its own noise. A neighbour replaces the incumbent only when it is
 faster by more than that noise (and by at least NOISE_FLOOR). Compiling stops when half the
 budget is spent; a winner's neighbours are not tried (one step: the budget is seconds).
@@ -37,6 +40,7 @@ from iree.compiler import ir
 from collage_mlir.backends.base import Kernel
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side
+from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
 from collage_mlir.dialects.func import function_name, public_functions
@@ -199,10 +203,13 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
 
 def refine(incumbent: PartitionedModel, pristine: ir.Module,
            candidates: Sequence[CandidatePartition], costs: Sequence[float],
-           transition: TransitionCost | None, budget_s: float, rows: Rows
+           transition: TransitionCost | None, budget_s: float, rows: Rows,
+           estimator: CostEstimator | None = None
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
-    ran faster beyond the noise, or None; and the record of what was tried."""
+    ran faster beyond the noise, or None; and the record of what was tried. With
+    `estimator`, island remainders are measured before they are built (module docstring);
+    without, they are built unmeasured."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or budget_s <= 0:
@@ -225,6 +232,11 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     for what, nb in neighbours(pick, candidates, costs, transition)[:MAX_NEIGHBOURS]:
         if time.perf_counter() - start > budget_s / 2:
             break
+        if estimator is not None:
+            nb, why = _measured_rests(nb, estimator, transition)
+            if why:
+                record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, why))
+                continue
         try:
             model = _build(pristine, nb, incumbent, rows)
             wrong = compare(model.run(inputs), reference, MeasureSettings())
@@ -256,6 +268,25 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     record.seconds = time.perf_counter() - start
     winner = next((t.what for t in record.trials if t.kept), None)
     return (built[winner][0] if winner else None), record
+
+
+def _measured_rests(nb: Partitioning, estimator: CostEstimator,
+                    transition: TransitionCost | None) -> tuple[Partitioning, str]:
+    """`nb` with its island remainder parts measured (re-priced), or with the reason one
+    of them cannot run ("" when all can)."""
+    rests = [k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE]
+    if not rests:
+        return nb, ""
+    got = estimator.estimate([nb.choices[k].candidate for k in rests])
+    for k, cost in zip(rests, got, strict=True):
+        if not math.isfinite(cost):
+            c = nb.choices[k].candidate
+            why = estimator.reason(c) or "not measurable"
+            return nb, f"not built: the part of {c.backend}'s region around it: {why}"
+    measured = dict(zip(rests, got, strict=True))
+    choices = [Choice(ch.candidate, measured.get(k, ch.cost), ch.runner_up, ch.runner_up_cost)
+               for k, ch in enumerate(nb.choices)]
+    return _replaced(nb, set(range(len(choices))), choices, transition), ""
 
 
 def _build(pristine: ir.Module, nb: Partitioning, incumbent: PartitionedModel, rows: Rows

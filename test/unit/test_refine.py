@@ -21,6 +21,7 @@ from collage_mlir.backends.registry import _extra, register_backend
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check import refine as refine_mod
 from collage_mlir.check.compare import Timing
+from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import clone_module
@@ -259,3 +260,47 @@ def test_no_split_where_the_whole_region_is_its_backends_cheapest_cover(doubles)
     assert refine_mod._splits(live(pristine, incumbent), cands, costs, None) == []
     costs = [4e-3] + [math.inf if k == 1 else cost for k, cost in enumerate(costs[1:], 1)]
     assert refine_mod._splits(live(pristine, incumbent), cands, costs, None) == []
+
+
+class RestsDouble(CostEstimator):
+    """A test double for the estimator refinement measures island remainders with: a part
+    holding a node of `refuse` cannot run; any other costs 1 ms. Records what it was asked."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse, self.asked = refuse, []
+
+    def estimate(self, candidates, progress=None):
+        self.asked += candidates
+        return [math.inf if c.inside & self.refuse else 1e-3 for c in candidates]
+
+    def reason(self, candidate):
+        return "invalid: the test double refuses it"
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return 0.0
+
+
+def test_island_remainders_are_measured_before_they_are_built(doubles, monkeypatch):
+    """Only the parts around an island are measured; one that cannot run drops its
+    neighbour with the reason (never compiled here), one that can re-prices it."""
+    pristine, incumbent, cands, costs = whole_pick()
+    graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+    relu = next(1 << n.index for n in graph.op_nodes() if n.op_type == "Relu")
+    double = RestsDouble(refuse=relu)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
+    built, build = [], refine_mod._build
+    monkeypatch.setattr(refine_mod, "_build", lambda *a: built.append(a[1]) or build(*a))
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                  driver.report_rows, double)
+    assert double.asked and all(c.rule_name == refine_mod.ISLAND_RULE for c in double.asked)
+    assert not any(ch.candidate.inside & relu and ch.candidate.rule_name ==
+                   refine_mod.ISLAND_RULE for nb in built for ch in nb.choices)
+    neg = [t for t in record.trials if t.what.startswith(f"island {FAULT}: Neg")]
+    assert len(neg) == 2 and all(t.measured_s is None for t in neg)
+    assert all(t.why == f"not built: the part of {NUMPY}'s region around it: invalid: the "
+               "test double refuses it" for t in neg)
+    relu_island = next(t for t in record.trials if t.what.startswith(f"island {FAULT}: Relu"))
+    assert "wrong numbers" in relu_island.why  # built (its parts run) and checked
+    assert relu_island.estimate_s == pytest.approx(0.5e-3 + 2 * 1e-3)  # parts as measured
+    assert relu_island.estimate_s == pytest.approx(0.5e-3 + 2 * 1e-3)  # measured parts
+
