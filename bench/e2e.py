@@ -19,9 +19,14 @@ others within `--greedy-margin` of the best baseline's estimate (at most `--gree
 are built and timed too. "apparent loss" = mix - the fastest greedy baseline, measured in
 the same run (negative: Collage wins), as the RFC's success metric.
 
+"per-op winners" reads the measure table: each backend's share of the sum of per-op minima
+over the model's single-op candidates, and how far the best backend's op-by-op sum lies
+above that sum — where the winners differ. "refinement kept" names a neighbour the end-to-end
+refinement kept (`check/refine.py`).
+
     python bench/e2e.py [--models bert_base,mobilenet_v2,light:resnet50,m.onnx] [--rounds 20]
                         [--cache PATH] [--input-shape NAME=DIMS ...] [--greedy N]
-                        [--per-region]
+                        [--per-region] [--single onnxruntime,openvino | --no-single]
 
 "max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
 |onnxruntime whole| of that output.
@@ -43,9 +48,9 @@ import collage_mlir
 from collage_mlir.backends.registry import available_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side, whole_model_runner
-from collage_mlir.driver import build, entry_graph
+from collage_mlir.driver import annotate, build, entry_graph, make_estimator
 from collage_mlir.export.resources import weight_store
-from collage_mlir.graph import SubGraph
+from collage_mlir.graph import SubGraph, SubGraphConfig
 from collage_mlir.search.greedy import Baseline
 from collage_mlir.search.partitioning import Choice, Partitioning, check_cover
 from collage_mlir.static_shapes import parse_input_shape
@@ -116,6 +121,32 @@ def build_baseline(path, shapes, baseline: Baseline):
         return build(module, Partitioning(graph, choices, old.total_cost, old.transition_cost))
 
 
+def op_winners(path, shapes, backends: list[str], cache) -> tuple[dict[str, float], float]:
+    """From the measure table (single-op candidates, read back from the cache): each
+    backend's share of the sum of per-op minima (the time of the ops it is fastest on), and
+    the headroom: the best backend's op-by-op sum over that sum (only backends that run every
+    op). Single ops timed alone carry each backend's per-call overhead and no fusion, so this
+    says where per-op winners differ, not what a mix can gain."""
+    module = collage_mlir.import_onnx(path, input_shapes=shapes)
+    with weight_store(module):
+        graph = entry_graph(module)
+        singles = [c for c in annotate(graph, backends, SubGraphConfig())
+                   if c.inside.bit_count() == 1]
+        with make_estimator("measure", backends, cache) as estimator:
+            costs = estimator.estimate(singles)
+    per_op: dict[int, dict[str, float]] = {}
+    for c, cost in zip(singles, costs, strict=True):
+        if math.isfinite(cost):
+            per_op.setdefault(c.inside, {})[c.backend] = cost
+    minima = {op: min(d.values()) for op, d in per_op.items()}
+    total = sum(minima.values()) or 1.0
+    shares = {b: sum(m for op, m in minima.items() if per_op[op].get(b) == m) / total
+              for b in backends}
+    full = [sum(d[b] for d in per_op.values()) for b in backends
+            if all(b in d for d in per_op.values())]
+    return shares, (min(full) / total if full else math.nan)
+
+
 def region_errors(model) -> dict[str, tuple[float, float]]:
     """Region → (estimate, median call inside whole runs), both in seconds."""
     measured = model.profile(model_inputs(model.module), rounds=10)
@@ -142,7 +173,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
             runners[f"{b}"] = whole_model_runner(original, b)
         except Exception as e:
             row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
-        if args.single:
+        if b in args.single.split(","):
             try:
                 single = collage_mlir.compile(path, backends=[b], cache=args.cache,
                                               max_depth=args.max_depth, input_shapes=shapes)
@@ -160,6 +191,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
+    row["op_winners"] = op_winners(path, shapes, backends, args.cache)
+    row["refined"] = [t for t in mixed.trials if t.phase == "refine" and t.kept]
     return row
 
 
@@ -210,8 +243,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--cache", default=None)
     p.add_argument("--max-depth", type=int, default=None)
-    p.add_argument("--no-single", dest="single", action="store_false",
+    p.add_argument("--no-single", dest="single", action="store_const", const="",
                    help="skip the single-backend partitions")
+    p.add_argument("--single", default=None, metavar="LIST",
+                   help="backends whose single-backend partition is built (default: all)")
     p.add_argument("--controls", default="onnxruntime,openvino",
                    help="backends timed twice (two instances of the same whole model): "
                         "how far apart identical contenders land in this run")
@@ -225,7 +260,10 @@ def main() -> None:
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
     backends = args.backends.split(",")
-    cols = ["mix"] + backends + ([f"{b}/collage" for b in backends] if args.single else [])
+    if args.single is None:
+        args.single = args.backends
+    cols = ["mix"] + backends + [f"{b}/collage" for b in backends
+                                 if b in args.single.split(",")]
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
           + " | mix/best | noise | best greedy ms | apparent loss ms | est. ms | est. err "
             "| region err | regions | check kept | max err "
@@ -258,6 +296,12 @@ def main() -> None:
         errors = {k: v for k, v in row.items() if k.endswith("_error")}
         for k, v in errors.items():
             print(f"|   {k}: {v} |")
+        shares, headroom = row["op_winners"]
+        print("|   per-op winners (measure table): " + ", ".join(
+            f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
+            + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
+        for t in row["refined"]:
+            print(f"|   refinement kept: {t.what} ({t.measured_s * 1e3:.2f} ms) |")
         print("|   greedy: " + ", ".join(
             f"{n} {row[key]:.2f} ms (est. {est:.2f})" if key in row else f"{n} not timed"
             for n, (key, est) in row["greedy"].items()) + " |")

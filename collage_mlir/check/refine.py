@@ -2,7 +2,8 @@
 
 The search trusts an additive estimate; what runs is a chain whose hand-offs, caches and
 thread pools the estimate only approximates. Starting from the model the check kept, this
-tries a bounded set of neighbours, most promising (by estimate) first:
+tries a bounded set of neighbours, splits first (their estimate is only known once merged,
+and they compile nothing no worker ran), then the others cheapest estimate first:
 
 - **flip**: one region moved to its runner-up backend (the same nodes, the next-cheapest
   measured candidate);
@@ -13,7 +14,8 @@ tries a bounded set of neighbours, most promising (by estimate) first:
   two, upstream of the island and the remainder (not measured as such: the timing judges).
   This is how a whole model the check kept gets its per-op winners back one at a time.
 - **split**: a region re-cut on its own backend, as the search covers its nodes with that
-  backend's measured candidates alone. A backend compiling a whole model does not always
+  backend's measured candidates alone, then merged after the search (`search.merge`) as a
+  pick is. A backend compiling a whole model does not always
   do best by it (alexnet on OpenVINO: its 4-region cover ran 5% faster than the whole
   model, side by side), and the check only times whole models.
 
@@ -49,6 +51,7 @@ from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, Trial
+from collage_mlir.search.merge import coalesce
 from collage_mlir.search.partitioning import (
     Choice,
     Partitioning,
@@ -71,6 +74,9 @@ MAX_ISLANDS = 4
 """Island neighbours at most (each compiles most of the model again on its backend)."""
 MAX_SPLITS = 2
 """Split neighbours at most, for the regions with the most ops (each is a search)."""
+MAX_SPLIT_MERGES = 16
+"""Unions a split's parts may be merged by (`search.merge.coalesce`), each measured."""
+SPLIT = "split"
 ISLAND_RULE = "island-rest"
 """`rule_name` of the parts of a region around an island."""
 PHASE = "refine"
@@ -111,8 +117,8 @@ class Refinement:
 def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
                costs: Sequence[float], transition: TransitionCost | None
                ) -> list[tuple[str, Partitioning]]:
-    """The pick's flips, joins and islands (see the module docstring), cheapest estimate
-    first."""
+    """The pick's flips, joins, islands and splits (see the module docstring): splits first,
+    then cheapest estimate first. `pick` must be over a live graph (not outlined)."""
     graph = pick.graph
     by_nodes: dict[int, list[tuple[float, CandidatePartition]]] = {}
     for c, cost in zip(candidates, costs, strict=True):
@@ -136,7 +142,7 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
             break
     out += _islands(pick, by_nodes, transition)
     out += _splits(pick, candidates, costs, transition)
-    return sorted(out, key=lambda t: (t[1].total_cost, t[0]))
+    return sorted(out, key=lambda t: (not t[0].startswith(SPLIT), t[1].total_cost, t[0]))
 
 
 def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
@@ -196,8 +202,8 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
             continue
         parts = [ch for ch in cover.choices if ch.candidate.inside & region]
         if len(parts) > 1:
-            out.append((f"split {_label(graph, k, pick.choices[k].candidate)} into "
-                        f"{len(parts)} on {backend}", _replaced(pick, {k}, parts, transition)))
+            out.append((f"{SPLIT} {_label(graph, k, pick.choices[k].candidate)}",
+                        _replaced(pick, {k}, parts, transition)))
     return out
 
 
@@ -237,6 +243,10 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             if why:
                 record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, why))
                 continue
+        if what.startswith(SPLIT):
+            if estimator is not None:  # the search's cover is cut at max_depth: merge it
+                nb = coalesce(nb, estimator.estimate, transition, MAX_SPLIT_MERGES)[0]
+            what += f" into {len(nb.choices) - len(pick.choices) + 1}"
         try:
             model = _build(pristine, nb, incumbent, rows)
             wrong = compare(model.run(inputs), reference, MeasureSettings())
