@@ -192,7 +192,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
     row["op_winners"] = op_winners(path, shapes, backends, args.cache)
-    row["refined"] = [t for t in mixed.trials if t.phase == "refine" and t.kept]
+    row["refined"] = [t for t in getattr(mixed.refinement, "trials", []) if t.kept]
     return row
 
 

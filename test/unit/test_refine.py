@@ -106,7 +106,8 @@ def test_a_neighbour_faster_beyond_the_noise_replaces_the_incumbent(doubles, mon
         doubles, lambda n: 1e-3 if n == first_join(doubles) else 2e-3, monkeypatch)
     assert better is not None
     kept = [t for t in record.trials if t.kept]
-    assert len(kept) == 1 and kept[0].why == "faster beyond the noise"
+    assert len(kept) == 1
+    assert kept[0].why == "faster beyond the noise, confirmed by a second timing"
     assert record.gain == pytest.approx(2.0)
     assert len(better.plan.steps) == 2  # two regions joined into one
     x = model_inputs(pristine)
@@ -304,3 +305,25 @@ def test_island_remainders_are_measured_before_they_are_built(doubles, monkeypat
     assert relu_island.estimate_s == pytest.approx(0.5e-3 + 2 * 1e-3)  # parts as measured
     assert relu_island.estimate_s == pytest.approx(0.5e-3 + 2 * 1e-3)  # measured parts
 
+
+
+def test_a_winner_the_second_timing_does_not_confirm_is_not_kept(doubles, monkeypatch):
+    """The fastest neighbour of one timing must win again, timed alone with the incumbent:
+    here the join is 2x faster in the first timing and as fast in the second."""
+    calls = []
+
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        calls.append(sorted(runners))
+        fast = len(calls) == 1
+        return [Timing(n, 1e-3 if fast and n.startswith("join") else 2e-3, 2e-3)
+                for n in runners]
+
+    pristine, incumbent, cands, costs = chain_pick()
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timer)
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows)
+    assert better is None and not any(t.kept for t in record.trials)
+    first = first_join(doubles)
+    assert calls[1] == sorted([refine_mod.INCUMBENT, first])  # the winner, alone
+    assert next(t.why for t in record.trials if t.what == first) == (
+        "faster, but not in a second timing")
