@@ -27,6 +27,7 @@ refinement kept (`check/refine.py`).
     python bench/e2e.py [--models bert_base,mobilenet_v2,light:resnet50,m.onnx] [--rounds 20]
                         [--cache PATH] [--input-shape NAME=DIMS ...] [--greedy N]
                         [--per-region] [--single onnxruntime,openvino | --no-single]
+                        [--whole onnxruntime,openvino]
 
 "max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
 |onnxruntime whole| of that output.
@@ -170,7 +171,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     original = collage_mlir.import_onnx(path, input_shapes=shapes)
     for b in backends:
         try:
-            runners[f"{b}"] = whole_model_runner(original, b)
+            if b in args.whole.split(","):
+                runners[f"{b}"] = whole_model_runner(original, b)
         except Exception as e:
             row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
         if b in args.single.split(","):
@@ -245,6 +247,9 @@ def main() -> None:
     p.add_argument("--max-depth", type=int, default=None)
     p.add_argument("--no-single", dest="single", action="store_const", const="",
                    help="skip the single-backend partitions")
+    p.add_argument("--whole", default=None, metavar="LIST",
+                   help="backends whose whole model is compiled and timed (default: all; "
+                        "IREE spends minutes failing on whole transformers)")
     p.add_argument("--single", default=None, metavar="LIST",
                    help="backends whose single-backend partition is built (default: all)")
     p.add_argument("--controls", default="onnxruntime,openvino",
@@ -262,6 +267,8 @@ def main() -> None:
     backends = args.backends.split(",")
     if args.single is None:
         args.single = args.backends
+    if args.whole is None:
+        args.whole = args.backends
     cols = ["mix"] + backends + [f"{b}/collage" for b in backends
                                  if b in args.single.split(",")]
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
