@@ -131,7 +131,7 @@ def op_winners(path, shapes, backends: list[str], cache) -> tuple[dict[str, floa
     module = collage_mlir.import_onnx(path, input_shapes=shapes)
     with weight_store(module):
         graph = entry_graph(module)
-        singles = [c for c in annotate(graph, backends, SubGraphConfig())
+        singles = [c for c in annotate(graph, backends, SubGraphConfig(max_depth=1))
                    if c.inside.bit_count() == 1]
         with make_estimator("measure", backends, cache) as estimator:
             costs = estimator.estimate(singles)
