@@ -11,24 +11,24 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   (so a boundary whose hand-off costs more in the chain than estimated can disappear);
 - **island**: a measured candidate inside a region, on another backend that beats the
   region's own backend on those nodes, carved out of it — the rest of the region split in
-  two, upstream of the island and the remainder (not measured as such: the timing judges).
-  This is how a whole model the check kept gets its per-op winners back one at a time.
+  two, upstream of the island and the remainder. This is how a whole model the check kept
+  gets its per-op winners back one at a time.
 - **split**: a region re-cut on its own backend, as the search covers its nodes with that
   backend's measured candidates alone, then merged after the search (`search.merge`) as a
-  pick is. A backend compiling a whole model does not always
-  do best by it (alexnet on OpenVINO: its 4-region cover ran 5% faster than the whole
-  model, side by side), and the check only times whole models.
+  pick is. A backend compiling a whole model does not always do best by it (alexnet on
+  OpenVINO: its 4-region cover ran 5% faster than the whole model, side by side), and the
+  check only times whole models.
 
 An island's remainder parts are the only regions of a neighbour no measuring worker has
 compiled and run; given the estimator, they are measured first, in its isolated workers, so
-a backend that crashes on one costs that neighbour, not the run (and the neighbour's estimate
-becomes a measured one). Each neighbour is built on a copy of the un-outlined module, reusing
-the incumbent's compiled kernels for every region it shares, run once and compared with the
-incumbent's outputs, then timed side by side, interleaved, with the incumbent — which is timed twice,
-so the run measures its own noise. A neighbour replaces the incumbent only when it is
-faster by more than that noise (and by at least NOISE_FLOOR), and again in a second
-timing of the two alone. Compiling stops when half the
-budget is spent; a winner's neighbours are not tried (one step: the budget is seconds).
+a backend that crashes on one costs that neighbour, not the run (and the neighbour's
+estimate becomes a measured one). Each neighbour is built on a copy of the un-outlined
+module, reusing the incumbent's compiled kernels for every region it shares, run once and
+compared with the incumbent's outputs, then timed side by side, interleaved, with the
+incumbent — which is timed twice, so the run measures its own noise. A neighbour replaces
+the incumbent only when it is faster by more than that noise (and by at least NOISE_FLOOR),
+and again in a second timing of the two alone. Compiling stops when half the budget is
+spent; a winner's neighbours are not tried (one step: the budget is seconds).
 """
 
 from __future__ import annotations
