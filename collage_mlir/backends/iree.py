@@ -34,8 +34,11 @@ DEFAULT_FLAGS = (
     "--iree-opt-level=O3",
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
+    "--iree-llvmcpu-stack-allocation-limit=1048576",
 )
-"""Fast code on this host (all accepted by iree-base-compiler 3.13)."""
+"""Fast code on this host (all accepted by iree-base-compiler 3.13). The default stack
+allocation limit (32 KiB per dispatch) refuses whole transformers ("exceeded stack
+allocation limit"): with 1 MiB, bert_base compiles in 10 s and matches onnxruntime."""
 DRIVER = "local-task"
 _OPSET = onnx_view.META_PREFIX + "opset_version"
 SMALL_CONSTANT = 16
