@@ -40,6 +40,9 @@ DEFAULT_FLAGS = (
 allocation limit (32 KiB per dispatch) refuses whole transformers ("exceeded stack
 allocation limit"): with 1 MiB, bert_base compiles in 10 s and matches onnxruntime."""
 DRIVER = "local-task"
+WORKER_STACK_BYTES = 16 << 20
+"""Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;
+with the runtime's default, vit_base's whole model segfaulted on its first call."""
 _OPSET = onnx_view.META_PREFIX + "opset_version"
 SMALL_CONSTANT = 16
 JOINT_WEIGHT_BYTES = 64 << 20
@@ -208,13 +211,16 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region"
 
 @functools.cache
 def _runtime_config(threads: int) -> Any:
-    """One local-task device per process; its worker count must be set before creation."""
+    """One local-task device per process; its worker count and stack size must be set before
+    creation."""
     import iree.runtime as rt
 
-    try:
-        rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
-    except Exception:  # an unknown flag only costs the thread limit
-        pass
+    for flag in (f"--task_topology_max_group_count={threads}",
+                 f"--task_worker_stack_size={WORKER_STACK_BYTES}"):
+        try:
+            rt.flags.parse_flags(flag)
+        except Exception:  # an unknown flag costs only its own setting
+            pass
     return rt.Config(DRIVER)
 
 
