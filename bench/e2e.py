@@ -248,8 +248,7 @@ def main() -> None:
     p.add_argument("--no-single", dest="single", action="store_const", const="",
                    help="skip the single-backend partitions")
     p.add_argument("--whole", default=None, metavar="LIST",
-                   help="backends whose whole model is compiled and timed (default: all; "
-                        "IREE spends minutes failing on whole transformers)")
+                   help="backends whose whole model is compiled and timed (default: all)")
     p.add_argument("--single", default=None, metavar="LIST",
                    help="backends whose single-backend partition is built (default: all)")
     p.add_argument("--controls", default="onnxruntime,openvino",
