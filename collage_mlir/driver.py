@@ -401,7 +401,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             probed = probe_final(module, candidates, costs, partitioning, estimator,
                                  verify=verify, timeout_s=options.timeout_s)
         notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
-                          timings, partitioning)
+                          timings, probed.partitioning)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
                        names, rejected, notes, merges)
     finally:
