@@ -171,11 +171,11 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     original = collage_mlir.import_onnx(path, input_shapes=shapes)
     for b in backends:
         try:
-            if b in args.whole.split(","):
+            if b in args.whole:
                 runners[f"{b}"] = whole_model_runner(original, b)
         except Exception as e:
             row[f"{b}_error"] = str(e).splitlines()[0][:80] if str(e) else type(e).__name__
-        if b in args.single.split(","):
+        if b in args.single:
             try:
                 single = collage_mlir.compile(path, backends=[b], cache=args.cache,
                                               max_depth=args.max_depth, input_shapes=shapes)
@@ -264,12 +264,9 @@ def main() -> None:
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
     backends = args.backends.split(",")
-    if args.single is None:
-        args.single = args.backends
-    if args.whole is None:
-        args.whole = args.backends
-    cols = ["mix"] + backends + [f"{b}/collage" for b in backends
-                                 if b in args.single.split(",")]
+    args.single = set((args.backends if args.single is None else args.single).split(","))
+    args.whole = set((args.backends if args.whole is None else args.whole).split(","))
+    cols = ["mix"] + backends + [f"{b}/collage" for b in backends if b in args.single]
     print("| model | " + " | ".join(f"{c} ms" for c in cols)
           + " | mix/best | noise | best greedy ms | apparent loss ms | est. ms | est. err "
             "| region err | regions | check kept | max err "
