@@ -1,4 +1,5 @@
-"""IREE (llvm-cpu, local-task driver): a compiler-kind backend.
+"""IREE: a compiler-kind backend, on the CPU (`iree`: llvm-cpu, local-task driver) or on an
+NVIDIA GPU (`iree-cuda`: the cuda target and driver).
 
 It compiles the extracted ONNX-in-MLIR function itself; no export. `compile_many` puts many
 regions into one module (one compile, one vmfb — minutes saved over one compile per
@@ -96,7 +97,8 @@ def _constant_text(producer: Node, value: ir.Value) -> str:
     return str(value.type)
 
 
-def _compile(module: ir.Module, flags: Sequence[str], work: Path) -> Path:
+def _compile(module: ir.Module, flags: Sequence[str], work: Path,
+             target: str = "llvm-cpu") -> Path:
     """Compile `module` with iree-compile through files in `work` (`regions.mlir` in,
     `regions.vmfb` out). Files, not strings: a model's weights would otherwise be held as hex
     text, encoded again for the tool's stdin and returned through its stdout (about five
@@ -106,7 +108,8 @@ def _compile(module: ir.Module, flags: Sequence[str], work: Path) -> Path:
     source, output = work / "regions.mlir", work / "regions.vmfb"
     with open(source, "w") as f:
         module.operation.print(file=f)
-    ic.compile_file(str(source), output_file=str(output), target_backends=["llvm-cpu"],
+    targets = [target] if target == "llvm-cpu" else []  # a GPU target comes as a device flag
+    ic.compile_file(str(source), output_file=str(output), target_backends=targets,
                     input_type="onnx", extra_args=list(flags))
     return output
 
@@ -210,18 +213,20 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region"
 # -- runtime ----------------------------------------------------------------------------
 
 @functools.cache
-def _runtime_config(threads: int) -> Any:
-    """One local-task device per process; its worker count and stack size must be set before
-    creation."""
+def _runtime_config(driver: str, threads: int) -> Any:
+    """One device per driver and process; local-task's worker count and stack size must be
+    set before it is created."""
     import iree.runtime as rt
 
+    if driver != DRIVER:
+        return rt.Config(driver)
     for flag in (f"--task_topology_max_group_count={threads}",
                  f"--task_worker_stack_size={WORKER_STACK_BYTES}"):
         try:
             rt.flags.parse_flags(flag)
         except Exception:  # an unknown flag costs only its own setting
             pass
-    return rt.Config(DRIVER)
+    return rt.Config(driver)
 
 
 class IreeKernel(Kernel):
@@ -236,12 +241,13 @@ class IreeKernel(Kernel):
     file: what `save_kernel` writes.
     """
 
-    def __init__(self, context: Any, fn_name: str, vmfb: Any) -> None:
+    def __init__(self, context: Any, fn_name: str, vmfb: Any, host: bool = True) -> None:
         self.context = context
         self.fn_name = fn_name
         self.vmfb = vmfb
         self._fn = context.modules.module[fn_name]
         self._device = context.config.device
+        self._host = host
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Fresh outputs: an output over an input's memory (a function returning its
@@ -257,8 +263,10 @@ class IreeKernel(Kernel):
         return [np.asarray(r.to_host()) for r in result]
 
     def _arg(self, x: np.ndarray) -> Any:
-        """A buffer view over `x`'s memory where IREE can import it, else `x` (copied)."""
-        if (isinstance(x, np.ndarray) and x.size and x.flags.c_contiguous
+        """A buffer view over `x`'s memory where IREE can import it, else `x` (copied). Only
+        a host device can import host memory: a GPU given a host pointer this way reads it
+        as its own (CUDA_ERROR_ILLEGAL_ADDRESS, and the process's CUDA context is lost)."""
+        if (self._host and isinstance(x, np.ndarray) and x.size and x.flags.c_contiguous
                 and x.ctypes.data % ALIGNMENT == 0):
             try:
                 return self._device.from_dlpack_capsule(x.__dlpack__())
@@ -273,11 +281,13 @@ class IreeBackend(Backend):
 
     name = "iree"
     kind = BackendKind.COMPILER
+    target = "llvm-cpu"
+    driver = DRIVER
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self.threads = int(options.get("threads", os.cpu_count() or 1))
-        flags = options.get("flags", DEFAULT_FLAGS)
+        flags = options.get("flags", self.default_flags())
         self.flags = tuple(flags.split() if isinstance(flags, str) else flags)
         self._loaded: dict[Path, tuple[Any, bytes]] = {}
 
@@ -297,9 +307,12 @@ class IreeBackend(Backend):
             import iree.runtime as rt
         except ImportError:
             return "iree-base-runtime is not installed"
-        if DRIVER not in rt.query_available_drivers():
-            return f"iree runtime has no {DRIVER} driver"
+        if cls.driver not in rt.query_available_drivers():
+            return f"iree runtime has no {cls.driver} driver"
         return None
+
+    def default_flags(self) -> tuple[str, ...]:
+        return DEFAULT_FLAGS
 
     def capability(self, graph: DataflowGraph) -> int:
         return iree_capability(graph)
@@ -309,7 +322,7 @@ class IreeBackend(Backend):
         not read, and may be deleted once this returns."""
         import iree.runtime as rt
 
-        config = _runtime_config(self.threads)
+        config = _runtime_config(self.driver, self.threads)
         context = rt.SystemContext(config=config)
         module = rt.VmModule.mmap(context.instance, str(vmfb_path))
         context.add_vm_module(module)
@@ -351,7 +364,7 @@ class IreeBackend(Backend):
                 pending = [i for k, i in enumerate(pending) if k not in failure.bad]
                 continue
             for i, name in zip(pending, names, strict=True):
-                results[i] = IreeKernel(context, name, vmfb)
+                results[i] = IreeKernel(context, name, vmfb, self.driver == DRIVER)
             break
         return [r if r is not None else RuntimeError("not compiled") for r in results]
 
@@ -362,7 +375,8 @@ class IreeBackend(Backend):
             names: list[str] = []
             try:
                 combined, names = combine(modules)
-                context, vmfb = self._load(_compile(combined, self.flags, Path(work)))
+                vmfb_path = _compile(combined, self.flags, Path(work), self.target)
+                context, vmfb = self._load(vmfb_path)
             except Exception as e:
                 bad = _failed_functions(Path(work), names, str(e)) if len(names) > 1 else set()
                 raise _JointFailure(e, bad) from e
@@ -385,10 +399,84 @@ class IreeBackend(Backend):
         if vmfb_path not in self._loaded:  # regions sharing a vmfb share one context
             self._loaded[vmfb_path] = self._load(vmfb_path)
         context, vmfb = self._loaded[vmfb_path]
-        return IreeKernel(context, ref["function"], vmfb)
+        return IreeKernel(context, ref["function"], vmfb, self.driver == DRIVER)
 
     def cache_options(self) -> str:
         return f"threads={self.threads},flags={' '.join(self.flags)}"
+
+
+CUDA_TARGETS = ("sm_90", "sm_89", "sm_87", "sm_86", "sm_80", "sm_75", "sm_70")
+"""NVPTX targets to try, newest first: a GPU newer than the newest target this IREE build
+can configure runs that target's PTX (forward compatible). iree-base-compiler 3.13 refuses
+sm_90 ("missing GPU target") and takes sm_89."""
+
+
+class IreeCudaBackend(IreeBackend):
+    """IREE on the first NVIDIA GPU (cuda target, cuda driver). Options: `flags` (replacing
+    the defaults), `cuda_target` (an NVPTX target; default the newest this IREE configures
+    that the GPU can run). Inputs are copied to the GPU and outputs back on every call."""
+
+    name = "iree-cuda"
+    target = "cuda"
+    driver = "cuda"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        reason = super().unavailable_reason()
+        if reason:
+            return reason
+        return _cuda_device_problem()
+
+    def default_flags(self) -> tuple[str, ...]:
+        target = self.options.get("cuda_target") or _cuda_target(_compute_capability())
+        return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={target}",
+                "--iree-opt-level=O3")
+
+    def cache_options(self) -> str:
+        return f"flags={' '.join(self.flags)}"
+
+
+@functools.cache
+def _cuda_device_problem() -> str | None:
+    """None when the IREE cuda driver finds a device, else why not (no libcuda, no GPU)."""
+    import iree.runtime as rt
+
+    try:
+        devices = rt.get_driver("cuda").query_available_devices()
+    except Exception as e:  # no libcuda.so: the driver cannot even be created
+        return ("no CUDA driver (libcuda.so not found)" if "libcuda" in str(e)
+                else f"no CUDA driver ({str(e).splitlines()[0][:120]})")
+    return None if devices else "no CUDA device"
+
+
+@functools.cache
+def _compute_capability() -> int:
+    """The first GPU's compute capability as one number (9.0 → 90), from nvidia-smi."""
+    import subprocess
+
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    major, minor = out.split()[0].split(".")
+    return int(major) * 10 + int(minor)
+
+
+@functools.cache
+def _cuda_target(capability: int) -> str:
+    """The newest of CUDA_TARGETS not above `capability` that this IREE can compile for."""
+    import iree.compiler as ic
+
+    source = ("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+              "  %b = arith.addf %a, %a : tensor<4xf32>\n  return %b : tensor<4xf32>\n}\n")
+    for target in CUDA_TARGETS:
+        if int(target[3:]) > capability:
+            continue
+        try:
+            ic.compile_str(source, extra_args=["--iree-hal-target-device=cuda",
+                                               f"--iree-cuda-target={target}"])
+            return target
+        except Exception:  # this build cannot configure it: try an older one
+            continue
+    raise RuntimeError(f"iree-compile configures no CUDA target for sm_{capability}")
 
 
 def _constant_bytes(module: ir.Module) -> int:

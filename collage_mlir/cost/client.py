@@ -276,6 +276,9 @@ class WorkerClient:
                 on_result(msg["id"], result)
             elif event == "done":
                 return []
+            elif event == "retiring":  # a kernel failed at run time: a fresh worker goes on
+                self.stop()
+                return [i for i in chunk if i.id not in done]
             elif event == "fatal":
                 for i in chunk:
                     if i.id not in done:

@@ -12,7 +12,10 @@ cannot corrupt the channel). Commands:
 - `{"cmd": "measure", "items": [{"id", "text"}], "batch": bool}` → per batch
   `{"event": "compiling", "ids"}`; per item `{"event": "start", "id"}` then
   `{"event": "result", "id", "status", "median", "p90", "spread", "runs", "error"}`;
-  finally `{"event": "done"}`
+  finally `{"event": "done"}`, or `{"event": "retiring"}` after a kernel failed at run
+  time: the worker then exits, and a fresh one takes the items it did not answer (a GPU
+  kernel's fault can leave the process's device context unusable, and every later region
+  would fail there for no fault of its own)
 - `{"cmd": "transition", "dst": spec}` → `{"event": "transition", "forward", "backward"}`
 - `{"cmd": "exit"}`
 Backend specs and settings: `cost/protocol.py`.
@@ -38,6 +41,7 @@ from collage_mlir.tensors import compare, make_inputs
 
 CHECKED_CALLS = 2
 """Calls checked against the reference, each on its own inputs, before timing."""
+RUN_FAILED = "run failed: "
 MEMORY_EXIT = 86
 """Exit status of a worker that went over its memory limit (the reason is on stderr)."""
 
@@ -86,6 +90,7 @@ class Worker:
         self.backend: Any = None
         self.reference: Any = None
         self.settings = MeasureSettings()
+        self.retiring = False
 
     def send(self, **msg: Any) -> None:
         self.out.write(json.dumps(msg) + "\n")
@@ -120,14 +125,25 @@ class Worker:
                 compiled = iter([e] * len(good))
             kernels = [m if isinstance(m, Exception) else next(compiled) for m in modules]
             for item, module, kernel in zip(items, modules, kernels, strict=True):
-                self.send(event="start", id=item["id"])
-                self.send(event="result", id=item["id"], **self.measure_one(module, kernel))
+                if not self._answer(item, lambda m=module, k=kernel: self.measure_one(m, k)):
+                    return
         else:
             for item in items:
-                self.send(event="start", id=item["id"])
-                self.send(event="result", id=item["id"],
-                          **self.measure_one(_parse(item), None))
+                if not self._answer(item, lambda i=item: self.measure_one(_parse(i), None)):
+                    return
         self.send(event="done")
+
+    def _answer(self, item: dict[str, Any], measure: Any) -> bool:
+        """Start, measure and answer one item; False (after `retiring`) when its kernel
+        failed at run time and this process should not measure again."""
+        self.send(event="start", id=item["id"])
+        result = measure()
+        self.send(event="result", id=item["id"], **result)
+        if result["status"] == "invalid" and result["error"].startswith(RUN_FAILED):
+            self.retiring = True
+            self.send(event="retiring")
+            return False
+        return True
 
     def measure_one(self, module: Any, kernel: Any) -> dict[str, Any]:
         """Compile (unless batch-compiled), check against the reference on CHECKED_CALLS
@@ -150,14 +166,14 @@ class Worker:
         try:
             outputs = [[np.array(o, copy=True) for o in kernel.run(x)] for x in input_sets]
         except Exception as e:
-            return {"status": "invalid", "error": f"run failed: {_one_line(e)}"}
+            return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
         note, wrong = self._check(module, input_sets, outputs)
         if wrong:
             return {"status": "invalid", "error": wrong}
         try:
             times = time_kernel(kernel, input_sets[0], self.settings)
         except Exception as e:
-            return {"status": "invalid", "error": f"run failed: {_one_line(e)}"}
+            return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
         return {"status": "ok", "error": note, **summarize(times)}
 
     def _check(self, module: Any, input_sets: list[list[np.ndarray]],
@@ -242,6 +258,8 @@ def main() -> int:
         except Exception as e:  # a whole command failed: tell the parent, keep serving
             traceback.print_exc()
             worker.send(event="fatal", error=_one_line(e))
+        if worker.retiring:
+            break
     return 0
 
 

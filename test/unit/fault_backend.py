@@ -10,7 +10,9 @@ as its `mode` says:
 - `wrong`: returns outputs off by 0.5;
 - `stale`: right on its first call, then returns that call's outputs whatever the inputs;
 - `leak`: keeps 256 MiB more memory on every call;
-- `compile_error`: raises while compiling.
+- `compile_error`: raises while compiling;
+- `poison`: raises while running and leaves the process unusable: every later compile or
+  run in it raises too (a GPU kernel's fault loses the process's CUDA context so).
 They are loaded by path ("fault_backend:FaultInjectingBackend"); nothing in the product
 imports them. Without options the mode and op type come from `$COLLAGE_FAULT_MODE` and
 `$COLLAGE_FAULT_ON` (default segfault on Relu), so a command line can pick them.
@@ -97,6 +99,15 @@ class NumpyTestBackend(Backend):
         return NumpyKernel(n_args, steps, outputs)
 
 
+_poisoned: list[str] = []
+"""Set by a `poison` kernel's run: this process's (pretend) device is lost."""
+
+
+def _check_device() -> None:
+    if _poisoned:
+        raise RuntimeError(f"device lost earlier in this process ({_poisoned[0]})")
+
+
 class _FaultyKernel(NumpyKernel):
     def __init__(self, base: NumpyKernel, mode: str) -> None:
         super().__init__(base.n_args, base.steps, base.outputs)
@@ -105,6 +116,10 @@ class _FaultyKernel(NumpyKernel):
         self.kept: list[np.ndarray] = []
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        _check_device()
+        if self.mode == "poison":
+            _poisoned.append("illegal address")
+            raise RuntimeError("injected device fault: illegal address")
         if self.mode == "segfault":
             ctypes.string_at(0)
         elif self.mode == "abort":
@@ -136,9 +151,10 @@ class FaultInjectingBackend(NumpyTestBackend):
         self.mode, self.on = mode, on
 
     def compile(self, module: ir.Module) -> Kernel:
+        _check_device()
         n_args, steps, outputs, seen = plan(module)
         if self.on != "*" and self.on not in seen:
-            return NumpyKernel(n_args, steps, outputs)
+            return _FaultyKernel(NumpyKernel(n_args, steps, outputs), "none")
         if self.mode == "compile_error":
             raise RuntimeError(f"injected compile error on {self.on}")
         return _FaultyKernel(NumpyKernel(n_args, steps, outputs), self.mode)

@@ -1,4 +1,5 @@
-"""The three CPU backends: availability, capability bitsets, compile and run of regions."""
+"""The three CPU backends: availability, capability bitsets, compile and run of regions; IREE's
+CUDA variant as far as a machine without a GPU can check it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from conftest import light_model_path
 
 from collage_mlir.backends import iree as iree_backend
 from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, aligned_empty
-from collage_mlir.backends.iree import IreeBackend, op_signature
+from collage_mlir.backends.iree import IreeBackend, IreeCudaBackend, op_signature
 from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
 from collage_mlir.backends.openvino import OpenVinoBackend
-from collage_mlir.backends.registry import get_backend
+from collage_mlir.backends.registry import available_backends, get_backend
+from collage_mlir.errors import CollageError
 from collage_mlir.export import node_name
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
@@ -187,6 +189,29 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     np.testing.assert_allclose(k0.run([x])[0], np.maximum(x, 0))
     (want,) = OnnxRuntimeBackend().compile(modules[2]).run([x])
     np.testing.assert_allclose(k2.run([x])[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
+    # iree-compile needs no GPU: the target is picked by trial compiles and the region's
+    # vmfb carries NVPTX code; only loading and running it needs the device
+    for capability in (90, 80):
+        target = iree_backend._cuda_target(capability)
+        assert target in iree_backend.CUDA_TARGETS and int(target[3:]) <= capability
+    backend = IreeCudaBackend(cuda_target="sm_80")
+    assert "--iree-cuda-target=sm_80" in backend.flags and "sm_80" in backend.cache_options()
+    graph = _graph(SMALL)
+    combined, _ = iree_backend.combine([SubGraph(graph, graph.op_bits).extract("all")])
+    vmfb = iree_backend._compile(combined, backend.flags, tmp_path, backend.target)
+    assert b"cuda-nvptx-fb" in vmfb.read_bytes()
+
+
+def test_iree_cuda_says_why_it_cannot_run_here() -> None:
+    reason = IreeCudaBackend.unavailable_reason()
+    if reason is None:
+        pytest.skip("a CUDA GPU is here")
+    assert "CUDA" in reason and "iree-cuda" not in available_backends()
+    with pytest.raises(CollageError, match="'iree-cuda' is not usable here: no CUDA"):
+        get_backend("iree-cuda")
 
 
 def test_iree_failure_reasons_do_not_name_the_scratch_directory() -> None:

@@ -95,6 +95,19 @@ def test_fault_costs_one_candidate(tmp_path, graph, mode, reason):
                    for r in rows if r.status == OK)
 
 
+def test_a_run_fault_that_loses_the_device_costs_only_its_own_candidate(tmp_path, graph):
+    # after the Sigmoid region's fault every call in that worker would fail: the worker
+    # retires and a fresh one measures the rest, so no other region is cached invalid
+    with estimator(tmp_path, {FAULT: {"mode": "poison", "on": "Sigmoid"}}) as est:
+        cands = single_op(graph, "fault")
+        costs = est.estimate(cands)
+        types = [graph.nodes[c.sub_graph.first].op_type for c in cands]
+        assert [math.isinf(c) for c in costs] == [t == "Sigmoid" for t in types]
+        bad = [r for r in est.cache.measurements("fault") if r.status != OK]
+        assert len(bad) == 1 and "injected device fault" in bad[0].error
+        assert est.stats.restarts >= 1
+
+
 def test_second_estimate_is_all_cache_hits(tmp_path, graph):
     cands = single_op(graph, "numpy_test")
     with estimator(tmp_path, [NUMPY]) as est:
