@@ -432,9 +432,6 @@ class IreeCudaBackend(IreeBackend):
         return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={target}",
                 "--iree-opt-level=O3")
 
-    def cache_options(self) -> str:
-        return f"flags={' '.join(self.flags)}"
-
 
 @functools.cache
 def _cuda_device_problem() -> str | None:

@@ -23,8 +23,10 @@ from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import import_onnx
 
 BACKENDS: dict[str, type[Backend]] = {
-    "onnxruntime": OnnxRuntimeBackend, "openvino": OpenVinoBackend, "iree": IreeBackend}
-MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "iree": "iree.runtime"}
+    "onnxruntime": OnnxRuntimeBackend, "openvino": OpenVinoBackend, "iree": IreeBackend,
+    "iree-cuda": IreeCudaBackend}  # skipped, with the reason, where no CUDA GPU is
+MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino", "iree": "iree.runtime",
+           "iree-cuda": "iree.runtime"}
 
 
 def _backend(name: str) -> Backend:
@@ -66,7 +68,8 @@ def test_backend_identity(name: str) -> None:
     backend = _backend(name)
     assert backend.name == name
     assert backend.version
-    assert backend.kind is (BackendKind.COMPILER if name == "iree" else BackendKind.GRAPH)
+    assert backend.kind is (BackendKind.COMPILER if name.startswith("iree")
+                            else BackendKind.GRAPH)
     assert "threads=1" in type(backend)(threads=1).cache_options()
     assert type(get_backend(name)) is BACKENDS[name]  # found through the entry point
 
