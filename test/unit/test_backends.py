@@ -208,6 +208,28 @@ def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     assert b"cuda-nvptx-fb" in vmfb.read_bytes()
 
 
+def test_iree_staged_inputs_keep_the_kernel_contract() -> None:
+    # the GPU's way in (inputs copied into kernel-owned pinned buffers, reused call after
+    # call), exercised here on IREE's host device, where that memory is host memory too
+    backend = _backend("iree")
+    graph = _graph(CASTS)
+    host = backend.compile(SubGraph(graph, graph.op_bits).extract("casts"))
+    staged = iree_backend.IreeKernel(host.context, host.fn_name, host.vmfb, host=False)
+    x = np.round(np.random.default_rng(6).standard_normal((2, 8)) * 3).astype(np.float32)
+    kept = []
+    for _ in range(3):
+        b, i = staged.run([x])
+        np.testing.assert_array_equal(b, x != 0)
+        np.testing.assert_array_equal(i, x.astype(np.int64))
+        assert not any(np.shares_memory(o, s[1]) for o in (b, i) for s in staged._staging.values())
+        kept.append((x.copy(), b, i))
+        x[...] = np.roll(x, 1)  # an in-place update of the same array is seen next call
+    assert len(staged._staging) == 1  # one buffer for the one input, reused
+    for x0, b, i in kept:  # and no later call changed an earlier call's outputs
+        np.testing.assert_array_equal(b, x0 != 0)
+        np.testing.assert_array_equal(i, x0.astype(np.int64))
+
+
 def test_iree_cuda_says_why_it_cannot_run_here() -> None:
     reason = IreeCudaBackend.unavailable_reason()
     if reason is None:
