@@ -194,8 +194,18 @@ def bench_model(name: str, backends: list[str], args) -> dict:
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
     row["op_winners"] = op_winners(path, shapes, backends, args.cache)
-    row["refined"] = [t for t in getattr(mixed.refinement, "trials", []) if t.kept]
+    row["refinement"] = mixed.refinement
     return row
+
+
+def refinement_cell(refinement) -> str:
+    """Each neighbour refinement tried, timed end to end, against the incumbent (what the
+    measure table's per-op winners come to inside the chain), or why it was not timed."""
+    if refinement is None or not refinement.trials or not refinement.incumbent_s:
+        return "–"
+    base = refinement.incumbent_s
+    return "; ".join(f"{t.what} {t.measured_s / base - 1:+.1%}" + (" (kept)" if t.kept else "")
+                     if t.measured_s else f"{t.what}: {t.why}" for t in refinement.trials)
 
 
 def greedy_runners(mixed, path, shapes, runners: dict, row: dict, args) -> dict[str, tuple]:
@@ -303,8 +313,9 @@ def main() -> None:
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
-        for t in row["refined"]:
-            print(f"|   refinement kept: {t.what} ({t.measured_s * 1e3:.2f} ms) |")
+        print(f"|   refinement tried (vs the incumbent, end to end, noise "
+              f"±{getattr(row['refinement'], 'noise', None) or 0:.1%}): "
+              f"{refinement_cell(row['refinement'])} |")
         print("|   greedy: " + ", ".join(
             f"{n} {row[key]:.2f} ms (est. {est:.2f})" if key in row else f"{n} not timed"
             for n, (key, est) in row["greedy"].items()) + " |")
