@@ -49,7 +49,7 @@ import collage_mlir
 from collage_mlir.backends.registry import available_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side, whole_model_runner
-from collage_mlir.driver import annotate, build, entry_graph, make_estimator
+from collage_mlir.driver import REFINE_BUDGET_S, annotate, build, entry_graph, make_estimator
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import SubGraph, SubGraphConfig
 from collage_mlir.search.greedy import Baseline
@@ -161,7 +161,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     row: dict = {"model": label}
     t0 = time.perf_counter()
     mixed = collage_mlir.compile(path, backends=backends, cache=args.cache,
-                                 max_depth=args.max_depth, input_shapes=shapes)
+                                 max_depth=args.max_depth, input_shapes=shapes,
+                                 refine_budget_s=args.refine_budget)
     row["partition_s"] = time.perf_counter() - t0
     row["regions"] = len(mixed.partitioning.choices)
     row["estimated_ms"] = mixed.estimated_cost * 1e3
@@ -270,6 +271,8 @@ def main() -> None:
     p.add_argument("--greedy-margin", type=float, default=1.5,
                    help="time a built baseline only when its estimate is within this factor "
                         "of the best baseline's")
+    p.add_argument("--refine-budget", type=float, default=REFINE_BUDGET_S, metavar="S",
+                   help="seconds refinement may spend on the mix (default: the API's)")
     p.add_argument("--per-region", action="store_true",
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
