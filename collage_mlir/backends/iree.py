@@ -277,10 +277,10 @@ class IreeKernel(Kernel):
 
     def _staged(self, k: int, x: np.ndarray) -> Any:
         """On a GPU: input `k` copied into pinned host memory the GPU reads directly, a
-        buffer the kernel keeps for that input while its shape and type stay. A host
-        pointer imported as above would be read as device memory (CUDA_ERROR_ILLEGAL_ADDRESS,
-        and the process's CUDA context is lost); IREE's own copy of a host array took 4.2 ms
-        per 4 MiB on an H100, this one 0.4."""
+        buffer the kernel keeps for that input while its shape and type stay (far cheaper
+        than IREE's own copy of a host array: README, "On an NVIDIA GPU"). A host pointer
+        imported as `_arg` does would be read as device memory (CUDA_ERROR_ILLEGAL_ADDRESS,
+        and the process's CUDA context is lost)."""
         import iree.runtime as rt
 
         x = np.ascontiguousarray(x)
@@ -472,15 +472,23 @@ def _cuda_device_problem() -> str | None:
     return None if devices else "no CUDA device"
 
 
+UNKNOWN_CAPABILITY = 999
+"""What `_compute_capability` says when nvidia-smi cannot tell: any target may be tried."""
+
+
 @functools.cache
 def _compute_capability() -> int:
-    """The first GPU's compute capability as one number (9.0 → 90), from nvidia-smi."""
+    """The first GPU's compute capability as one number (9.0 → 90), from nvidia-smi, or
+    UNKNOWN_CAPABILITY where nvidia-smi is missing or says nothing usable."""
     import subprocess
 
-    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    major, minor = out.split()[0].split(".")
-    return int(major) * 10 + int(minor)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        major, minor = out.split()[0].split(".")
+        return int(major) * 10 + int(minor)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return UNKNOWN_CAPABILITY
 
 
 @functools.cache

@@ -200,6 +200,7 @@ def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     for capability in (90, 80):
         target = iree_backend._cuda_target(capability)
         assert target in iree_backend.CUDA_TARGETS and int(target[3:]) <= capability
+    assert iree_backend._compute_capability() > 0  # nvidia-smi or not, never raises
     backend = IreeCudaBackend(cuda_target="sm_80")
     assert "--iree-cuda-target=sm_80" in backend.flags and "sm_80" in backend.cache_options()
     graph = _graph(SMALL)
