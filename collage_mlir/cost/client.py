@@ -66,6 +66,8 @@ class WorkerConfig:
 
 
 Result = dict[str, Any]
+PUMP_JOIN_S = 2.0
+"""How long `stop` waits for the pipe readers to see a dead worker's end of output."""
 
 
 class WorkerClient:
@@ -74,6 +76,7 @@ class WorkerClient:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.proc: subprocess.Popen | None = None
+        self._pumps: list[threading.Thread] = []
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self.ready: dict[str, Any] = {}
@@ -109,8 +112,10 @@ class WorkerClient:
             [sys.executable, "-m", "collage_mlir.cost.worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, env=env,
             start_new_session=True)  # its own process group: a kill takes its children too
-        threading.Thread(target=self._pump_stdout, args=(self.proc,), daemon=True).start()
-        threading.Thread(target=self._pump_stderr, args=(self.proc,), daemon=True).start()
+        self._pumps = [threading.Thread(target=pump, args=(self.proc,), daemon=True)
+                       for pump in (self._pump_stdout, self._pump_stderr)]
+        for pump in self._pumps:
+            pump.start()
         self._send(cmd="init", backend=self.config.backend, reference=self.config.reference,
                    settings=self.config.settings, memory_limit=self.config.memory_limit_bytes)
         msg = self._next(self.config.start_timeout_s)
@@ -135,6 +140,8 @@ class WorkerClient:
             pass
         if proc.poll() is None:
             self._kill(proc)
+        for pump in self._pumps:  # they end at the dead process's EOF;
+            pump.join(timeout=PUMP_JOIN_S)       # closing under a reading one raises there
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 stream.close()
@@ -153,14 +160,20 @@ class WorkerClient:
             pass
 
     def _pump_stdout(self, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
-            self.lines.put(line)
+        try:
+            for line in proc.stdout:
+                self.lines.put(line)
+        except (ValueError, OSError):  # closed by `stop` (a grandchild kept the pipe open)
+            pass
         self.lines.put(None)
 
     def _pump_stderr(self, proc: subprocess.Popen) -> None:
-        for line in proc.stderr:
-            if line.strip():
-                self.stderr_tail.append(line.rstrip())
+        try:
+            for line in proc.stderr:
+                if line.strip():
+                    self.stderr_tail.append(line.rstrip())
+        except (ValueError, OSError):  # closed by `stop`, as above
+            pass
 
     def _send(self, **msg: Any) -> None:
         assert self.proc is not None
