@@ -140,8 +140,10 @@ class WorkerClient:
             pass
         if proc.poll() is None:
             self._kill(proc)
-        for pump in self._pumps:  # they end at the dead process's EOF;
-            pump.join(timeout=PUMP_JOIN_S)       # closing under a reading one raises there
+        # the readers end at the dead process's end of output; a pipe closed under a
+        # reading thread raises in that thread
+        for pump in self._pumps:
+            pump.join(timeout=PUMP_JOIN_S)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             try:
                 stream.close()
