@@ -458,6 +458,11 @@ class IreeCudaBackend(IreeBackend):
         return ("--iree-hal-target-device=cuda", f"--iree-cuda-target={target}",
                 "--iree-opt-level=O3")
 
+    def cache_options(self) -> str:
+        """The GPU and the flags: the host fingerprint names the CPU, and task threads do
+        not run GPU code."""
+        return f"gpu={_nvidia_smi('name') or 'unknown'},flags={' '.join(self.flags)}"
+
 
 @functools.cache
 def _cuda_device_problem() -> str | None:
@@ -477,17 +482,27 @@ UNKNOWN_CAPABILITY = 999
 
 
 @functools.cache
-def _compute_capability() -> int:
-    """The first GPU's compute capability as one number (9.0 → 90), from nvidia-smi, or
-    UNKNOWN_CAPABILITY where nvidia-smi is missing or says nothing usable."""
+def _nvidia_smi(field: str) -> str | None:
+    """The first GPU's `field` as nvidia-smi's query reports it, or None where nvidia-smi is
+    missing or says nothing."""
     import subprocess
 
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=True).stdout
-        major, minor = out.split()[0].split(".")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.strip().splitlines()
+    return lines[0].strip() if lines and lines[0].strip() else None
+
+
+def _compute_capability() -> int:
+    """The first GPU's compute capability as one number (9.0 → 90), or UNKNOWN_CAPABILITY
+    where nvidia-smi cannot tell."""
+    try:
+        major, minor = (_nvidia_smi("compute_cap") or "").split(".")
         return int(major) * 10 + int(minor)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    except ValueError:
         return UNKNOWN_CAPABILITY
 
 

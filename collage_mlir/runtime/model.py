@@ -276,7 +276,7 @@ class PartitionedModel:
         if self.trials:
             lines.append(format_trials(self.trials))
         if self.baseline_rows:
-            lines.append(format_baselines(self.baseline_rows, self.estimated_cost))
+            lines.append(format_baselines(self.baseline_rows, self.record().search_estimate))
         if self.skipped:
             lines.append("backends skipped: " + "; ".join(f"{b}: {r}" for b, r in
                                                          self.skipped.items()))

@@ -239,7 +239,8 @@ class BaselineRow:
 
 def format_baselines(rows: Sequence[BaselineRow], estimated: float | None) -> str:
     """"greedy baselines (estimated):" and one line per baseline, with the estimated
-    apparent loss (Collage's estimate minus the best baseline's; negative: Collage wins)."""
+    apparent loss (`estimated`, the search pick's estimate, minus the best baseline's;
+    negative: Collage wins)."""
     if not rows:
         return ""
     lines = ["greedy baselines (estimated; the fallback takes what the others leave):"]
@@ -322,6 +323,14 @@ class Record:
     """Backend → why it was unusable and left out of the run."""
     trials: list[Trial] = field(default_factory=list)
     """What merging and refinement tried after the search."""
+
+    @property
+    def search_estimate(self) -> float | None:
+        """The estimate of the search's own pick: the lost pick's when the end-to-end check
+        replaced it (estimated_cost is then the kept model's)."""
+        if self.verdict is not None and self.verdict.lost is not None:
+            return self.verdict.lost.estimated_cost
+        return self.estimated_cost
 
     def to_manifest(self) -> dict:
         """The manifest keys that hold this record (those `load` has always read included)."""
@@ -681,14 +690,15 @@ def _verdict(verdict: Verdict | None) -> dict | None:
 
 
 def _baselines(record: Record) -> dict:
-    """The greedy baselines and the estimated apparent loss against the best of them."""
+    """The greedy baselines and the estimated apparent loss of the search's pick against
+    the best of them (both in the search's own cost terms)."""
     rows = [{"name": b.name, "order": list(b.order), "estimated_s": b.estimated_cost,
              "handoffs_s": b.transition_cost, "regions": b.regions, "ops": dict(b.ops),
              "reason": b.reason} for b in record.baselines]
     finite = [r for r in rows if r["estimated_s"] is not None]
     best = min(finite, key=lambda r: r["estimated_s"]) if finite else None
-    loss = (record.estimated_cost - best["estimated_s"]
-            if best is not None and record.estimated_cost is not None else None)
+    pick = record.search_estimate
+    loss = pick - best["estimated_s"] if best is not None and pick is not None else None
     return {"items": rows, "best": best["name"] if best else None,
             "apparent_loss_estimated_s": _finite(loss)}
 

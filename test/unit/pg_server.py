@@ -1,7 +1,8 @@
 """A real PostgreSQL server for the tests: Debian's `postgresql`, installed when missing
 (`apt-get install -y postgresql`, as root), initialised in a temporary folder and started on
 127.0.0.1 at a free port (password authentication) and on a socket in that folder, once per
-test session; stopped and removed when the session ends.
+test session; stopped and removed when the session ends, or by the next session when this
+one was killed first (`reap_orphans`).
 
 `pg_server()` gives the server, or the reason it cannot be had (the tests that need it skip
 with that reason). Running as root, the server runs as the `postgres` user the package
@@ -143,14 +144,54 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process, alive
+        return True
+    return True
+
+
+def reap_orphans(bin_dir: str, folder: str | None = None) -> list[str]:
+    """Stop and remove the servers that test sessions killed before their atexit ran left
+    behind in `folder` (the temp dir): each base names the pid that owns it. The bases
+    removed."""
+    removed = []
+    for base in glob.glob(os.path.join(folder or tempfile.gettempdir(), _PREFIX + "*")):
+        try:
+            with open(f"{base}/owner") as f:
+                owner = int(f.read())
+        except (OSError, ValueError):
+            continue  # not started by this module, or still being set up
+        if _alive(owner):
+            continue
+        if os.path.isdir(f"{base}/data"):
+            try:
+                _as_server_user([f"{bin_dir}/pg_ctl", "-D", f"{base}/data", "-m",
+                                 "immediate", "-w", "stop"], check=False)
+            except _NoServer:
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+        removed.append(base)
+    return removed
+
+
+_PREFIX = "collage-pg-"
+
+
 def _start() -> PgServer:
     bin_dir, install_s = _bin_dir()
+    reap_orphans(bin_dir)
     started = time.monotonic()
     user = _server_user()
-    base = tempfile.mkdtemp(prefix="collage-pg-")
+    base = tempfile.mkdtemp(prefix=_PREFIX)
     os.chmod(base, 0o700)
     with open(f"{base}/pw", "w") as f:
         f.write(PASSWORD + "\n")
+    with open(f"{base}/owner", "w") as f:
+        f.write(str(os.getpid()))
     if user is not None:
         entry = pwd.getpwnam(user)
         for path in (base, f"{base}/pw"):

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
 import onnx.parser
+import pg_server as pg
 import pytest
 from pg_server import PASSWORD, pg_server
 from test_measure import MODEL, NUMPY
@@ -160,3 +163,27 @@ def test_mask_url():
     assert mask_url("postgres://u@h/d?password=x&sslmode=require") == \
         "postgres://u@h/d?password=***&sslmode=require"
     assert mask_url("postgresql://h/d") == "postgresql://h/d"
+
+
+def test_a_server_whose_session_was_killed_is_stopped_by_the_next(server, monkeypatch):
+    # a pytest killed before its atexit leaves its server running: the next session's
+    # start stops it and removes its folder; servers of live sessions are left alone
+    folder = tempfile.mkdtemp(prefix="collage-reap-")
+    os.chmod(folder, 0o755)  # the server's user must reach its base inside
+    monkeypatch.setattr(tempfile, "tempdir", folder)
+    try:
+        orphan = pg._start()
+        assert pg.reap_orphans(server.bin, folder) == []  # its owner (this process) lives
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        Path(orphan.base, "owner").write_text(str(dead.pid))
+        assert pg.reap_orphans(server.bin, folder) == [orphan.base]
+        assert not os.path.exists(orphan.base)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", orphan.port), timeout=5).close()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+            pass  # the session's own server still serves
+    finally:
+        for base in Path(folder).glob("*"):
+            pg.PgServer(server.bin, str(base), 0, 0.0).stop()
+        os.rmdir(folder)

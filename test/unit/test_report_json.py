@@ -202,8 +202,9 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     assert [b["name"] for b in baselines["items"]] == ["partition_for_openvino",
                                                        "partition_for_iree"]
     assert baselines["best"] == "partition_for_openvino"
-    assert baselines["apparent_loss_estimated_s"] == pytest.approx(
-        model.estimated_cost - 2e-3)
+    # the search's pick (1.75 ms, lost to openvino whole) against the best baseline, 2 ms:
+    # the kept model's estimate does not stand in for what the search picked
+    assert baselines["apparent_loss_estimated_s"] == pytest.approx(1.75e-3 - 2e-3)
     assert baselines["items"][1]["estimated_s"] is None
     text = describe_text(model, again)
     assert "the pick's 2 region(s) on onnxruntime, openvino, estimated 1.750 ms" in text
