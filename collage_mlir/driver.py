@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -49,7 +50,7 @@ from collage_mlir.runtime.report import (
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import dominated, stages
-from collage_mlir.search.search import search
+from collage_mlir.search.search import BEAM_WIDTH, MAX_EXACT_STATES, search
 from collage_mlir.static_shapes import InputShapes
 
 DEFAULT_MAX_DEPTH = 3
@@ -290,9 +291,16 @@ def _reason_group(reason: str) -> str:
 def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise"
            ) -> Partitioning:
-    """The least-cost cover (RFC phase 3) under the estimator's hand-off prices."""
-    return search(graph, candidates, costs, estimator.transition_cost, unknown,
+    """The least-cost cover (RFC phase 3) under the estimator's hand-off prices; says so on
+    stderr when the search ran out of states (the cover is then not proven least-cost)."""
+    pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
                   estimator.reason)
+    if not pick.exact:
+        print(f"collage: search: the hand-off states outgrew {MAX_EXACT_STATES} expansions; "
+              f"searched again keeping the {BEAM_WIDTH} cheapest states per step (a cover, not "
+              "proven least-cost)",
+              file=sys.stderr, flush=True)
+    return pick
 
 
 def merge(partitioning: Partitioning, estimator: CostEstimator

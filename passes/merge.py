@@ -76,4 +76,4 @@ def _priced(pick: Partitioning, estimator: CostEstimator) -> Partitioning:
     """`pick` with its total priced as the search prices covers (hand-offs included)."""
     total, moved = evaluate(pick.graph, pick.candidates, [ch.cost for ch in pick.choices],
                             estimator.transition_cost)
-    return Partitioning(pick.graph, pick.choices, total, moved, pick.states)
+    return Partitioning(pick.graph, pick.choices, total, moved, pick.states, pick.exact)

@@ -357,7 +357,8 @@ def _rebased(p: Partitioning, graph: DataflowGraph) -> Partitioning:
                            _moved(ch.runner_up, graph) if ch.runner_up else None,
                            ch.runner_up_cost)
                     for ch in p.choices)
-    return Partitioning(graph, choices, p.total_cost, p.transition_cost, p.states)
+    return Partitioning(graph, choices, p.total_cost, p.transition_cost, p.states,
+                        p.exact)
 
 
 def _moved(c: CandidatePartition, graph: DataflowGraph) -> CandidatePartition:
@@ -373,7 +374,7 @@ def _replaced(pick: Partitioning, drop: set[int], new: Sequence[Choice],
     ordered = tuple(kept[k] for k in order)
     total, moved = evaluate(pick.graph, [ch.candidate for ch in ordered],
                             [ch.cost for ch in ordered], transition)
-    return Partitioning(pick.graph, ordered, total, moved, pick.states)
+    return Partitioning(pick.graph, ordered, total, moved, pick.states, pick.exact)
 
 
 def _label(graph: DataflowGraph, k: int, c: CandidatePartition) -> str:

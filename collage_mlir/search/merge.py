@@ -90,7 +90,7 @@ def coalesce(pick: Partitioning, estimate: Estimate, transition: TransitionCost 
         choices = [ch for ch in choices if ch is not None]
     if not any(m.kept for m in log):
         return pick, log
-    return _partitioning(graph, choices, transition, pick.states), log
+    return _partitioning(graph, choices, transition, pick.states, pick.exact), log
 
 
 def _adjacent_pairs(graph: DataflowGraph, choices: Sequence[Choice]) -> list[tuple[int, int]]:
@@ -128,9 +128,9 @@ def _evaluate(graph: DataflowGraph, choices: Sequence[Choice],
 
 
 def _partitioning(graph: DataflowGraph, choices: Sequence[Choice],
-                  transition: TransitionCost | None, states: int) -> Partitioning:
+                  transition: TransitionCost | None, states: int, exact: bool) -> Partitioning:
     """The merged cover in execution order, priced as the search prices covers."""
     order = execution_order(graph, [ch.candidate for ch in choices])
     ordered = tuple(choices[k] for k in order)
     total, moved = _evaluate(graph, ordered, transition)
-    return Partitioning(graph, ordered, total, moved, states)
+    return Partitioning(graph, ordered, total, moved, states, exact)

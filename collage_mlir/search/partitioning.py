@@ -50,7 +50,9 @@ class Partitioning:
     """The least-cost exact cover: `choices` in a valid execution order.
 
     `total_cost` = sum of region costs + `transition_cost` (all hand-offs, host included).
-    `states` counts the search states expanded (a measure of search effort).
+    `states` counts the search states expanded (a measure of search effort); `exact` is
+    False when the search ran out of states and kept one per covered set (least-cost then
+    not guaranteed).
     """
 
     graph: DataflowGraph
@@ -58,6 +60,7 @@ class Partitioning:
     total_cost: float
     transition_cost: float = 0.0
     states: int = 0
+    exact: bool = True
 
     @property
     def candidates(self) -> list[CandidatePartition]:
@@ -66,7 +69,8 @@ class Partitioning:
     def summary(self) -> str:
         """One line per region, for logs and reports."""
         lines = [f"total {self.total_cost:.6g} s (transitions {self.transition_cost:.6g} s), "
-                 f"{len(self.choices)} regions, {self.states} states"]
+                 f"{len(self.choices)} regions, {self.states} states"
+                 + ("" if self.exact else " (state limit: not proven least-cost)")]
         for k, c in enumerate(self.choices):
             cand = c.candidate
             ops = ",".join(self.graph.nodes[i].op_type for i in cand.sub_graph.nodes)

@@ -16,6 +16,11 @@ its covered producer or the backends of its covered consumer regions. Without tr
 (all zero) that part is empty and states are just covered sets, as in the RFC. With them,
 parallel branches multiply states, so a state is dropped when another with the same covered
 set is cheaper by more than its live values could ever win back (`_Bound`); still exact.
+Where many long-lived values cross many branches (DeBERTa's relative-position terms feed
+every layer) the states still multiply past any budget: after `max_states` expansions the
+search starts over as a beam (`_beam`): states are taken in order of their lowest uncovered
+node, keeping the `BEAM_WIDTH` cheapest at each. That is fast but may miss a cheaper cover,
+or (rarely) every cover; the result says so (`exact`).
 
 Acyclicity. Two convex regions can still depend on each other. A cycle through a new region
 C exists iff C reaches itself in the quotient graph. Through uncovered nodes and through
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from collage_mlir.candidate import CandidatePartition
@@ -50,6 +55,15 @@ from collage_mlir.search.partitioning import (
     execution_order,
     value_nbytes,
 )
+
+# Expansions the exact search may take (a few seconds in CPython) before it falls back.
+MAX_EXACT_STATES = 30_000
+# States kept per lowest uncovered node by the fallback.
+BEAM_WIDTH = 16
+
+
+class _TooManyStates(Exception):
+    pass
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,14 +82,15 @@ class _Edge:
 
 def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], transition_cost: TransitionCost | None = None,
-           unknown: str = "raise", reason: Callable[[CandidatePartition], str] | None = None
-           ) -> Partitioning:
+           unknown: str = "raise", reason: Callable[[CandidatePartition], str] | None = None,
+           max_states: int = MAX_EXACT_STATES) -> Partitioning:
     """The least-cost exact, acyclic cover of `graph.op_bits` by `candidates`.
 
     `costs[k]` is the estimate of `candidates[k]` in seconds (+inf: never taken).
     `transition_cost(src, dst, nbytes)` prices hand-offs; None means free. When some op
     has no candidate with a finite cost, the error names it with each backend's `reason`
-    (the estimator's) for its candidates there.
+    (the estimator's) for its candidates there. Past `max_states` expanded states the
+    search keeps a beam of the cheapest states (`Partitioning.exact` is then False).
     """
     if len(costs) != len(candidates):
         raise ValueError(f"{len(candidates)} candidates but {len(costs)} costs")
@@ -87,7 +102,13 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     edges = _prepare(graph, cands, region_costs, table, nbytes)
     _check_coverable(graph, edges, cands, region_costs, reason)
     bound = _Bound(graph, table, nbytes) if table is not None else None
-    path, total, states = _dijkstra(graph, edges, table, bound)
+    exact = True
+    try:
+        path, total, states = _dijkstra(graph, edges, table, bound, max_states)
+    except _TooManyStates:
+        exact = False
+        path, total, states = _beam(graph, edges, table, BEAM_WIDTH)
+        states += max_states
     chosen = [cands[e.index] for e in path]
     ranks = execution_order(graph, chosen)
     same_nodes: dict[int, list[int]] = {}
@@ -95,7 +116,7 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
         same_nodes.setdefault(c.inside, []).append(k)
     choices = tuple(_choice(cands, region_costs, path[k].index, same_nodes) for k in ranks)
     moved = total - math.fsum(c.cost for c in choices)
-    return Partitioning(graph, choices, total, max(moved, 0.0), states)
+    return Partitioning(graph, choices, total, max(moved, 0.0), states, exact)
 
 
 # -- preparation ----------------------------------------------------------------------------
@@ -244,12 +265,12 @@ _Key = tuple[int, tuple, tuple[int, ...]]
 
 
 def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
-              table: dict[tuple[str, str, int], float] | None, bound: _Bound | None
-              ) -> tuple[list[_Edge], float, int]:
-    by_first: dict[int, list[_Edge]] = {}
-    for e in edges:  # edges are in sort_key order, so each list is too
-        by_first.setdefault((e.inside & -e.inside).bit_length() - 1, []).append(e)
-    merging_of = {e.inside: e for e in edges if e.merging}
+              table: dict[tuple[str, str, int], float] | None, bound: _Bound | None,
+              max_states: int | None) -> tuple[list[_Edge], float, int]:
+    """(path, cost, states expanded); raises _TooManyStates past `max_states` (None: no
+    limit). Only states that differ in their live values can multiply: without a bound
+    (free hand-offs) a state is its covered set, so the limit applies with a bound only."""
+    by_first, merging_of = _index(edges)
     start: _Key = (0, (), ())
     best: dict[_Key, float] = {start: 0.0}
     parent: dict[_Key, tuple[_Key, _Edge]] = {}
@@ -269,22 +290,11 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
         if covered == graph.op_bits:
             return _path(parent, key), cost, expanded
         expanded += 1
-        free = graph.op_bits & ~covered
-        n = (free & -free).bit_length() - 1
-        live = dict(live_items)
+        if bound is not None and max_states is not None and expanded > max_states:
+            raise _TooManyStates
+        n = _lowest_free(graph, covered)
         progressed = False
-        for e in by_first.get(n, ()):
-            if e.inside & covered:
-                continue
-            if merging and _closes_cycle(e, merging, merging_of):
-                continue
-            new_covered = covered | e.inside
-            step, new_live = e.cost, ()
-            if table is not None:
-                extra, new_live = _hand_offs(e, covered, new_covered, live, table)
-                step += extra
-            new_merging = tuple(sorted(merging + (e.inside,))) if e.merging else merging
-            new_key = (new_covered, new_live, new_merging)
+        for e, new_key, step in _successors(key, by_first.get(n, ()), merging_of, table):
             new_cost = cost + step
             progressed = True
             if bound is not None and bound.dominated(group_best, new_key, new_cost):
@@ -296,8 +306,84 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
                 seq += 1
         if not progressed:
             stuck = max(stuck, n)
-    raise CollageError(f"no exact acyclic cover: node {stuck} ({graph.nodes[stuck].op_type}) "
-                       "cannot be covered without overlapping regions or a cycle")
+    raise _no_cover(graph, stuck)
+
+
+def _beam(graph: DataflowGraph, edges: Sequence[_Edge],
+          table: dict[tuple[str, str, int], float] | None, width: int
+          ) -> tuple[list[_Edge], float, int]:
+    """(path, cost, states expanded) of a beam search: every successor covers its parent's
+    lowest uncovered node, so states are taken bucket by bucket in order of that node, the
+    `width` cheapest of each bucket expanded and the rest dropped."""
+    by_first, merging_of = _index(edges)
+    start: _Key = (0, (), ())
+    best: dict[_Key, float] = {start: 0.0}
+    parent: dict[_Key, tuple[_Key, _Edge]] = {}
+    buckets: dict[int, set[_Key]] = {_lowest_free(graph, 0): {start}}
+    done: list[_Key] = []
+    expanded, stuck = 0, -1
+    while buckets:
+        n = min(buckets)
+        kept = sorted(buckets.pop(n), key=lambda k: (best[k], k))[:width]
+        for key in kept:
+            expanded += 1
+            progressed = False
+            for e, new_key, step in _successors(key, by_first.get(n, ()), merging_of, table):
+                progressed = True
+                new_cost = best[key] + step
+                if new_cost >= best.get(new_key, math.inf):
+                    continue
+                best[new_key], parent[new_key] = new_cost, (key, e)
+                if new_key[0] == graph.op_bits:
+                    done.append(new_key)
+                else:
+                    buckets.setdefault(_lowest_free(graph, new_key[0]), set()).add(new_key)
+            if not progressed:
+                stuck = max(stuck, n)
+    if not done:
+        raise _no_cover(graph, stuck)
+    last = min(done, key=lambda k: (best[k], k))
+    return _path(parent, last), best[last], expanded
+
+
+def _index(edges: Sequence[_Edge]) -> tuple[dict[int, list[_Edge]], dict[int, _Edge]]:
+    """Edges by their first node (in sort_key order, as `edges` are) and merging edges by
+    their nodes."""
+    by_first: dict[int, list[_Edge]] = {}
+    for e in edges:
+        by_first.setdefault((e.inside & -e.inside).bit_length() - 1, []).append(e)
+    return by_first, {e.inside: e for e in edges if e.merging}
+
+
+def _lowest_free(graph: DataflowGraph, covered: int) -> int:
+    free = graph.op_bits & ~covered
+    return (free & -free).bit_length() - 1
+
+
+def _successors(key: _Key, edges: Sequence[_Edge], merging_of: dict[int, _Edge],
+                table: dict[tuple[str, str, int], float] | None
+                ) -> Iterator[tuple[_Edge, _Key, float]]:
+    """(edge, next state, edge cost with the hand-offs it settles) for each of `edges` (all
+    starting at the state's lowest uncovered node) that overlaps nothing and closes no cycle."""
+    covered, live_items, merging = key
+    live = dict(live_items)
+    for e in edges:
+        if e.inside & covered:
+            continue
+        if merging and _closes_cycle(e, merging, merging_of):
+            continue
+        new_covered = covered | e.inside
+        step, new_live = e.cost, ()
+        if table is not None:
+            extra, new_live = _hand_offs(e, covered, new_covered, live, table)
+            step += extra
+        new_merging = tuple(sorted(merging + (e.inside,))) if e.merging else merging
+        yield e, (new_covered, new_live, new_merging), step
+
+
+def _no_cover(graph: DataflowGraph, stuck: int) -> CollageError:
+    return CollageError(f"no exact acyclic cover: node {stuck} ({graph.nodes[stuck].op_type}) "
+                        "cannot be covered without overlapping regions or a cycle")
 
 
 class _Bound:

@@ -109,6 +109,44 @@ def test_search_matches_brute_force(problem):
     assert math.isclose(result.transition_cost, moved, rel_tol=1e-9, abs_tol=1e-9)
     assert math.isclose(result.total_cost, brute_force(graph, cands, costs, transition),
                         rel_tol=1e-9, abs_tol=1e-12)
+    assert result.exact
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_out_of_states_the_search_still_returns_a_priced_acyclic_cover(problem):
+    """With a limit of one state the search falls back to one state per covered set
+    whenever hand-offs are priced: still a valid cover, priced as `evaluate` prices it, never
+    below the optimum, and marked not exact exactly when it fell back."""
+    graph, cands, costs, transition = problem
+    result = search(graph, cands, costs, transition, max_states=1)
+    check_cover(graph, result.candidates)
+    total, moved = evaluate(graph, result.candidates, [c.cost for c in result.choices],
+                            transition)
+    assert math.isclose(result.total_cost, total, rel_tol=1e-9, abs_tol=1e-12)
+    assert math.isclose(result.transition_cost, moved, rel_tol=1e-9, abs_tol=1e-9)
+    assert result.total_cost >= brute_force(graph, cands, costs, transition) - 1e-12
+    exact = search(graph, cands, costs, transition)
+    if result.exact:  # no fallback: the same, optimal answer
+        assert math.isclose(result.total_cost, exact.total_cost, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_long_lived_values_across_backends_exhaust_the_states_and_say_so():
+    """Op 0 feeds every later op; each op can run on three backends at equal cost, and
+    hand-offs cost: every placement of the early ops is a distinct state until the bound
+    can tell them apart. A small limit falls back; the default limit stays exact here."""
+    n = 8
+    graph, ops = graph_of([[]] + [[0, k - 1] if k > 1 else [0] for k in range(1, n)])
+    cands = [cand(graph, [i], b) for i in ops for b in BACKENDS]
+    costs = [1.0] * len(cands)
+    transition = linear(0.25, 0.0, host=False)
+    exact = search(graph, cands, costs, transition)
+    limited = search(graph, cands, costs, transition, max_states=5)
+    assert exact.exact and exact.states > 5
+    assert not limited.exact and "not proven least-cost" in limited.summary()
+    check_cover(graph, limited.candidates)
+    assert exact.total_cost == n * 1.0  # one backend throughout: no hand-off
+    assert limited.total_cost >= exact.total_cost
 
 
 @st.composite
