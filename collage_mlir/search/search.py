@@ -284,7 +284,7 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
         cost, _, key = heapq.heappop(heap)
         if cost > best[key]:
             continue
-        covered, live_items, merging = key
+        covered = key[0]
         if bound is not None and bound.dominated(group_best, key, cost):
             continue
         if covered == graph.op_bits:

@@ -116,8 +116,8 @@ def test_search_matches_brute_force(problem):
 @given(problems())
 def test_out_of_states_the_search_still_returns_a_priced_acyclic_cover(problem):
     """With a limit of one state the search falls back to the beam whenever hand-offs are
-    priced: still a valid cover, priced as `evaluate` prices it, never
-    below the optimum, and marked not exact exactly when it fell back."""
+    priced: still a valid cover, priced as `evaluate` prices it, never below the optimum,
+    and the exact search's answer whenever it did not fall back."""
     graph, cands, costs, transition = problem
     result = search(graph, cands, costs, transition, max_states=1)
     check_cover(graph, result.candidates)
