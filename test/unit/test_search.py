@@ -43,12 +43,16 @@ def linear(per_call: float, per_byte: float, host: bool = True):
 
 
 def brute_force(graph, cands, costs, transition) -> float:
-    """Least total over every exact acyclic cover, by enumeration."""
-    usable = [k for k, c in enumerate(cands) if math.isfinite(costs[k])]
+    """Least total over every exact acyclic cover, by enumeration. Branches whose region
+    costs alone already exceed the best total are cut: hand-offs only add to a total."""
+    usable = sorted((k for k, c in enumerate(cands) if math.isfinite(costs[k])),
+                    key=lambda k: costs[k])
     best = math.inf
 
-    def rec(covered: int, chosen: list[int]) -> None:
+    def rec(covered: int, chosen: list[int], spent: float) -> None:
         nonlocal best
+        if spent > best:
+            return
         if covered == graph.op_bits:
             regions = [cands[k] for k in chosen]
             try:
@@ -63,9 +67,9 @@ def brute_force(graph, cands, costs, transition) -> float:
         for k in usable:
             c = cands[k]
             if (c.inside >> n) & 1 and not c.inside & covered:
-                rec(covered | c.inside, chosen + [k])
+                rec(covered | c.inside, chosen + [k], spent + costs[k])
 
-    rec(0, [])
+    rec(0, [], 0.0)
     return best
 
 
