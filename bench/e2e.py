@@ -59,9 +59,19 @@ from collage_mlir.tensors import model_inputs
 
 sys.path.insert(0, os.path.dirname(__file__))
 import light  # noqa: E402
+import models  # noqa: E402  (exporting needs torch; naming does not)
 
 ZOO = ["bert_base", "gpt2", "vit_base", "swin_tiny", "convnext_tiny", "mobilenet_v2",
        "efficientnet_b0", "resnet50"]
+
+
+def known_model(name: str) -> bool:
+    """Whether `resolve` can find `name`: checked before the first model is benchmarked."""
+    if name.endswith(".onnx"):
+        return os.path.exists(name)
+    if name.startswith("light:"):
+        return name[len("light:"):] in light.NAMES
+    return name in models.names()
 
 
 def resolve(name: str, splat: bool) -> tuple[str, str | onnx.ModelProto]:
@@ -71,8 +81,6 @@ def resolve(name: str, splat: bool) -> tuple[str, str | onnx.ModelProto]:
     if name.startswith("light:"):
         path = light.path_of(name[len("light:"):])
         return name, path if splat else light.randomized(path)
-    import models  # bench/models.py: needs torch and transformers
-
     return name, str(models.export(name))
 
 
@@ -276,6 +284,11 @@ def main() -> None:
     p.add_argument("--per-region", action="store_true",
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
+    unknown = [n for n in args.models.split(",") if not known_model(n)]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}: use a zoo name "
+                f"({', '.join(models.names())}), light:NAME ({', '.join(light.NAMES)}) "
+                "or an existing .onnx path")
     backends = args.backends.split(",")
     args.single = set((args.backends if args.single is None else args.single).split(","))
     args.whole = set((args.backends if args.whole is None else args.whole).split(","))

@@ -23,6 +23,9 @@ NAMES = ["bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "inception_v1",
 
 
 def path_of(name: str) -> str:
+    """The file of light model `name`; a ValueError naming the known ones otherwise."""
+    if name not in NAMES:
+        raise ValueError(f"no light model {name!r}; the light zoo has {', '.join(NAMES)}")
     return os.path.join(LIGHT, f"light_{name}.onnx")
 
 
