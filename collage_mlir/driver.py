@@ -50,7 +50,7 @@ from collage_mlir.runtime.report import (
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import dominated, stages
-from collage_mlir.search.search import BEAM_WIDTH, MAX_EXACT_STATES, search
+from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
 
 DEFAULT_MAX_DEPTH = 3
@@ -296,10 +296,7 @@ def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
                   estimator.reason)
     if not pick.exact:
-        print(f"collage: search: the hand-off states outgrew {MAX_EXACT_STATES} expansions; "
-              f"searched again keeping the {BEAM_WIDTH} cheapest states per step (a cover, not "
-              "proven least-cost)",
-              file=sys.stderr, flush=True)
+        print(f"collage: search: {STATE_LIMIT_NOTE}", file=sys.stderr, flush=True)
     return pick
 
 

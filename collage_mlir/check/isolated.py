@@ -51,7 +51,7 @@ from collage_mlir.export.resources import portable_text, store_of
 from collage_mlir.graph.outline import region_name
 from collage_mlir.runtime.report import Rejection
 from collage_mlir.search.partitioning import Partitioning
-from collage_mlir.search.search import search
+from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 
 MAX_PROBES = 4
 """Probes per run: after this many failed ones the run ends with a one-line CollageError."""
@@ -160,6 +160,8 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         rejected.append(Rejection(candidates[out[0]].backend, f"invalid: final compile: {last}",
                                   len(out), _op_types(candidates, out)))
         pick = search(graph, candidates, costs, estimator.transition_cost, "raise", reason)
+        if not pick.exact:
+            say(f"collage: search: {STATE_LIMIT_NOTE}")
     raise CollageError(f"final compile failed {MAX_PROBES} times; last: {last}")
 
 

@@ -60,6 +60,10 @@ from collage_mlir.search.partitioning import (
 MAX_EXACT_STATES = 30_000
 # States kept per lowest uncovered node by the fallback.
 BEAM_WIDTH = 16
+# What a caller tells the user when a pick is not exact.
+STATE_LIMIT_NOTE = (f"the hand-off states outgrew {MAX_EXACT_STATES} expansions; searched "
+                    f"again keeping the {BEAM_WIDTH} cheapest states per step (a cover, not "
+                    "proven least-cost)")
 
 
 class _TooManyStates(Exception):

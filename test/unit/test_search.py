@@ -153,6 +153,25 @@ def test_long_lived_values_across_backends_exhaust_the_states_and_say_so():
     assert limited.total_cost >= exact.total_cost
 
 
+def test_the_driver_says_on_stderr_when_its_pick_is_not_exact(monkeypatch, capsys):
+    """The same graph through `driver.choose` with the search's limit lowered to 5."""
+    import functools
+    from types import SimpleNamespace
+
+    from collage_mlir import driver
+    graph, ops = graph_of([[]] + [[0, k - 1] if k > 1 else [0] for k in range(1, 8)])
+    cands = [cand(graph, [i], b) for i in ops for b in BACKENDS]
+    estimator = SimpleNamespace(transition_cost=linear(0.25, 0.0, host=False),
+                                reason=lambda c: "")
+    monkeypatch.setattr(driver, "search", functools.partial(search, max_states=5))
+    pick = driver.choose(graph, cands, [1.0] * len(cands), estimator)
+    assert not pick.exact
+    assert "not proven least-cost" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert driver.choose(graph, cands, [1.0] * len(cands), estimator).exact
+    assert capsys.readouterr().err == ""
+
+
 @st.composite
 def pair_problems(draw):
     """Every convex pair is a cheap candidate: covers by pairs often hide cycles."""
