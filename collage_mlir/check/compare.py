@@ -22,6 +22,13 @@ from collage_mlir.runtime.model import region_module
 Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
+NOISE_FLOOR = 0.02
+"""Smallest gain a timed decision acts on whatever the run's own noise: identical kernels
+timed quietly side by side spread about ±2% on this project's machines."""
+CONFIRM_ROUNDS = 10
+"""Rounds, at least, of the second timing that confirms a winner before it is kept."""
+
+
 def whole_model_runner(module: ir.Module, backend_name: str, saved: str | None = None
                        ) -> Runner:
     """Compile the whole (un-partitioned) model on one backend, or load the kernel saved

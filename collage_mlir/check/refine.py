@@ -42,7 +42,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Kernel
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.compare import time_side_by_side
+from collage_mlir.check.compare import CONFIRM_ROUNDS, NOISE_FLOOR, time_side_by_side
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
@@ -65,12 +65,7 @@ from collage_mlir.search.search import search
 from collage_mlir.tensors import compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
-NOISE_FLOOR = 0.02
-"""Smallest gain kept whatever the run's own noise: identical kernels timed quietly side by
-side spread about ±2% on this project's machines."""
 MAX_NEIGHBOURS = 6
-CONFIRM_ROUNDS = 10
-"""Rounds, at least, of the second timing that confirms a winner (`_confirmed`)."""
 LEAK_BYTES = 64 << 20
 """A second run of the incumbent growing the process by more than this stops refinement."""
 MAX_ISLANDS = 4

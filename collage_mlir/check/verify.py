@@ -5,12 +5,14 @@ but not the truth — a large kernel timed on a busy moment, hand-offs that cost
 real chain than in the transition experiment, two backends whose whole-model costs differ
 by less than the noise. So whenever some backend could run the whole model for an estimate
 within MARGIN of the pick (other than the pick itself), both are compiled and timed side by
-side, interleaved, in this process, and the faster is kept. Whatever the estimates, a pick of
-one region is timed against the cheapest other whole model and a pick of several regions
-against the two cheapest: estimates taken on a busy machine can be off by 2x (measured under
-load, vit_base's 183-region pick was estimated at 0.39x the whole models and ran at 1.11x
-the best of them; its cheapest whole model by estimate was not the fastest).
-That makes "never slower than the best single backend" a measured fact, not an estimate.
+side, interleaved, in this process, and the faster beyond the run's own noise is kept
+(`fastest`). Whatever the estimates, a pick of one region is timed against the cheapest
+other whole model and a pick of several regions against the two cheapest: estimates taken
+on a busy machine can be off by 2x (measured under load, vit_base's 183-region pick was
+estimated at 0.39x the whole models and ran at 1.11x the best of them; its cheapest whole
+model by estimate was not the fastest).
+That makes "never slower than the best single backend beyond the noise" a measured fact,
+not an estimate.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.compare import Runner, Timing, time_side_by_side, whole_model_runner
+from collage_mlir.check.compare import (
+    CONFIRM_ROUNDS,
+    NOISE_FLOOR,
+    Runner,
+    Timing,
+    time_side_by_side,
+    whole_model_runner,
+)
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import PartitionedModel
@@ -38,7 +47,8 @@ MAX_ALTERNATIVES = 2
 
 PICK = "pick"
 """Contender name of the search's own pick."""
-
+AGAIN = "pick (again)"
+"""The pick timed a second time in the same run: the two medians are the run's noise."""
 
 def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                        costs: Sequence[float], pick: Partitioning,
@@ -71,12 +81,38 @@ def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = 5, hi: int
 
 def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: int,
             regions: dict[str, int]) -> Verdict:
-    """Time the contenders side by side; the lowest median wins. Ties go to the contender
-    with fewer regions (the simpler deployment), then to the search's pick."""
-    timings: list[Timing] = time_side_by_side(runners, inputs, rounds=rounds, warmup=2)
+    """Time the contenders side by side, the pick twice (its two medians give the run's
+    noise). The incumbent is the pick when it is one region, else the fastest whole model
+    (a split must earn its hand-offs). Another contender replaces the incumbent only when it
+    is faster by more than the noise (and NOISE_FLOOR), and again when the two are timed
+    alone: of several contenders timed once, the fastest is as often the one whose timing
+    erred lowest (resnet50 on a noisy 2-core EPYC: openvino whole kept over an onnxruntime
+    pick that then ran 9% faster)."""
+    timings: list[Timing] = time_side_by_side({**runners, AGAIN: runners[PICK]}, inputs,
+                                              rounds=rounds, warmup=2)
     medians = {t.name: t.median_s for t in timings}
-    kept = min(medians, key=lambda n: (medians[n], regions[n], n != PICK))
-    return Verdict(kept, medians)
+    again = medians.pop(AGAIN)
+    noise = abs(medians[PICK] - again) / max(min(medians[PICK], again), 1e-12)
+    medians[PICK] = min(medians[PICK], again)
+    margin = max(NOISE_FLOOR, noise)
+    wholes = [n for n in medians if n != PICK]
+    incumbent = PICK if regions[PICK] == 1 else min(wholes, key=lambda n: (medians[n], n))
+    challenger = min((n for n in medians if n != incumbent), key=lambda n: (medians[n], n))
+    kept = incumbent
+    if medians[challenger] < medians[incumbent] * (1 - margin) and _confirmed(
+            runners, incumbent, challenger, inputs, rounds, margin):
+        kept = challenger
+    return Verdict(kept, medians, noise=noise)
+
+
+def _confirmed(runners: dict[str, Runner], incumbent: str, challenger: str,
+               inputs: Sequence[np.ndarray], rounds: int, margin: float) -> bool:
+    """Whether `challenger` beats `incumbent` by more than `margin` again, the two timed
+    side by side alone."""
+    medians = {t.name: t.median_s for t in time_side_by_side(
+        {n: runners[n] for n in (incumbent, challenger)}, inputs,
+        rounds=max(rounds, CONFIRM_ROUNDS), warmup=1, seed=1)}
+    return medians[challenger] < medians[incumbent] * (1 - margin)
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],

@@ -182,10 +182,13 @@ class Verdict:
     kept: str
     timings: dict[str, float] = field(default_factory=dict)
     lost: LostPick | None = None
+    noise: float | None = None
+    """Relative difference of the pick's two medians in the same run (None: not timed)."""
 
     def summary(self) -> str:
         cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
-        text = f"end-to-end check: {cells}; kept {self.kept}"
+        noise = f" (noise ±{self.noise:.1%})" if self.noise is not None else ""
+        text = f"end-to-end check: {cells}{noise}; kept {self.kept}"
         if self.lost is not None:
             backends = sorted({r.backend for r in self.lost.rows})
             text += (f" (the pick's {len(self.lost.rows)} region(s) on {', '.join(backends)}, "
@@ -196,13 +199,15 @@ class Verdict:
         out = {"kept": self.kept, "timings": self.timings}
         if self.lost is not None:
             out["lost"] = self.lost.to_json()
+        if self.noise is not None:
+            out["noise"] = self.noise
         return out
 
     @staticmethod
     def from_json(d: Mapping) -> Verdict:
         lost = d.get("lost")
         return Verdict(d["kept"], dict(d.get("timings") or {}),
-                       LostPick.from_json(lost) if lost else None)
+                       LostPick.from_json(lost) if lost else None, d.get("noise"))
 
 
 @dataclass
@@ -686,7 +691,7 @@ def _verdict(verdict: Verdict | None) -> dict | None:
                              "spread": r.spread} for r in verdict.lost.rows]}
     return {"kept": verdict.kept, "pick_kept": verdict.kept == "pick",
             "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()],
-            "lost_pick": lost}
+            "noise": verdict.noise, "lost_pick": lost}
 
 
 def _baselines(record: Record) -> dict:

@@ -49,11 +49,17 @@ def relu_chain(n: int = 12) -> ir.Module:
     return collage_mlir.import_onnx(model)
 
 
-def fake_timings(medians: dict[str, float]):
-    """A stand-in for time_side_by_side that reports fixed medians (and runs nothing)."""
+def fake_timings(medians: dict[str, float], again: float | None = None, calls: list | None = None):
+    """A stand-in for time_side_by_side that reports fixed medians (and runs nothing); the
+    pick's second instance gets `again` (default: the pick's median). `calls` collects the
+    contender names of each call."""
+    table = {**medians, verify.AGAIN: medians[verify.PICK] if again is None else again}
+
     def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
-        assert set(runners) == set(medians)
-        return [Timing(n, medians[n], medians[n]) for n in runners]
+        assert set(runners) <= set(table)
+        if calls is not None:
+            calls.append(sorted(runners))
+        return [Timing(n, table[n], table[n]) for n in runners]
     return timer
 
 
@@ -123,11 +129,12 @@ def test_alternatives_are_cheapest_first_and_within_margin(monkeypatch):
 
     def timer(runners, inputs, **kw):
         seen.update(runners)
-        return [Timing(n, 1.0 if n == verify.PICK else 2.0, 2.0) for n in runners]
+        return [Timing(n, 1.0 if n in (verify.PICK, verify.AGAIN) else 2.0, 2.0)
+                for n in runners]
 
     monkeypatch.setattr(verify, "time_side_by_side", timer)
     model = compile_chain(GRAPH_BACKENDS)
-    assert set(seen) == {verify.PICK} | {f"{b} whole" for b in GRAPH_BACKENDS}
+    assert set(seen) == {verify.PICK, verify.AGAIN} | {f"{b} whole" for b in GRAPH_BACKENDS}
     assert model.verdict.kept == verify.PICK
 
 
@@ -178,6 +185,57 @@ def test_a_one_region_pick_is_checked_against_other_backends(tmp_path, monkeypat
     assert row.runner_up == ("openvino" if want == "onnxruntime" else "onnxruntime")
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
     assert np.allclose(model.run([x])[0], _chain_ref(x))
+
+
+def one_region_pick(tmp_path, monkeypatch, timer):
+    """relu_chain's one-region onnxruntime pick checked against openvino whole under `timer`."""
+    from collage_mlir.cost.table import TableEstimator
+
+    monkeypatch.setattr(verify, "time_side_by_side", timer)
+    return collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                refine_budget_s=0,
+                                estimator=TableEstimator.from_json(whole_favouring(tmp_path)))
+
+
+@needs_two
+def test_a_contender_faster_only_within_the_noise_leaves_the_pick(tmp_path, monkeypatch):
+    """The pick's two instances land 10% apart: openvino whole 5% under the pick is noise."""
+    calls = []
+    model = one_region_pick(tmp_path, monkeypatch, fake_timings(
+        {verify.PICK: 1.0, "openvino whole": 0.95}, again=1.1, calls=calls))
+    assert model.verdict.kept == verify.PICK
+    assert model.verdict.noise == pytest.approx(0.1)
+    assert len(calls) == 1  # nothing to confirm
+    assert "noise ±10.0%" in model.report()
+    data = json.loads(model.report(format="json"))
+    assert data["verdict"]["noise"] == pytest.approx(0.1)
+    again = collage_mlir.load(model.save(tmp_path / "m"))
+    assert again.verdict.noise == pytest.approx(0.1)
+
+
+@needs_two
+def test_a_winner_must_win_again_timed_alone_with_the_pick(tmp_path, monkeypatch):
+    """openvino whole 20% under the pick among all contenders, but slower when the two are
+    timed alone: the pick stays."""
+    calls = []
+    first = fake_timings({verify.PICK: 1.0, "openvino whole": 0.8})
+    second = fake_timings({verify.PICK: 1.0, "openvino whole": 1.05})
+
+    def timer(runners, inputs, **kw):
+        calls.append(sorted(runners))
+        return (first if len(calls) == 1 else second)(runners, inputs, **kw)
+
+    model = one_region_pick(tmp_path, monkeypatch, timer)
+    assert calls[1] == sorted([verify.PICK, "openvino whole"])
+    assert model.verdict.kept == verify.PICK
+
+
+def test_a_split_pick_within_the_noise_of_a_whole_model_gives_way(monkeypatch):
+    """Twelve regions 1% faster than one: inside the 2% floor, the simpler model is kept."""
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 0.99e-3, "onnxruntime whole": 1e-3}))
+    model = compile_chain(["onnxruntime"])
+    assert model.verdict.kept == "onnxruntime whole" and len(model.plan.steps) == 1
 
 
 @needs_two
