@@ -140,7 +140,7 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
         by_name[name], regions[name] = alt, 1
     if not by_name:
         return None, None
-    rounds = rounds_for([pick.estimated_cost or 0.0] +
+    rounds = rounds_for([pick.estimated_cost or 0.0] * 2 +  # the pick runs twice a round
                         [a.total_cost for a in by_name.values()], budget_s)
     verdict = fastest(runners, inputs, rounds, regions)
     if verdict.kept == PICK:
