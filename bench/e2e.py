@@ -6,8 +6,9 @@ architecture (`bench/light.py`: its splat weights replaced by random ones unless
 or any `.onnx` path. For each model: partition with all backends (measured costs, cached), then time side by side
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
-"noise" is how far two instances of the same whole model (X and X#2, `--controls`) land
-apart in the same run: a mix/best ratio inside it is a tie.
+"noise" is how far two instances of the same whole model land apart in the same run (X and
+X#2, `--controls`, and X's single-backend partition when it is one region): a mix/best ratio
+inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 the additive error per region (region err: median over the mix's regions of
 |estimate - median call inside whole runs| / that call; `--per-region` lists them), what the
@@ -207,6 +208,15 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     return row
 
 
+def run_noise(row: dict, backends: list[str]) -> float:
+    """How far identical models landed apart in the run: X against its control X#2, and
+    against X's single-backend partition when that is one region (X's whole model again)."""
+    twins = [(b, f"{b}#2") for b in backends] + [
+        (b, f"{b}/collage") for b in backends if row.get(f"{b}/collage_regions") == 1]
+    return max((abs(row[t] / row[b] - 1) for b, t in twins if b in row and t in row),
+               default=0.0)
+
+
 def refinement_cell(refinement) -> str:
     """Each neighbour refinement tried, timed end to end, against the incumbent (what the
     measure table's per-op winners come to inside the chain), or why it was not timed."""
@@ -305,8 +315,7 @@ def main() -> None:
             print(f"| {name} | failed: {e} |")
             continue
         best = min(row[b] for b in backends if b in row)
-        noise = max((abs(row[f"{b}#2"] / row[b] - 1) for b in backends if f"{b}#2" in row),
-                    default=0.0)
+        noise = run_noise(row, backends)
         cells = [f"{row[c]:.2f}" if c in row else "–" for c in cols]
         phases = row["phases"]
         err = (row["estimated_ms"] - row["mix"]) / row["mix"]
