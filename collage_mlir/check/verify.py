@@ -50,6 +50,7 @@ PICK = "pick"
 AGAIN = "pick (again)"
 """The pick timed a second time in the same run: the two medians are the run's noise."""
 
+
 def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                        costs: Sequence[float], pick: Partitioning,
                        transition: TransitionCost | None) -> list[Partitioning]:
@@ -86,8 +87,7 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     (a split must earn its hand-offs). Another contender replaces the incumbent only when it
     is faster by more than the noise (and NOISE_FLOOR), and again when the two are timed
     alone: of several contenders timed once, the fastest is as often the one whose timing
-    erred lowest (resnet50 on a noisy 2-core EPYC: openvino whole kept over an onnxruntime
-    pick that then ran 9% faster)."""
+    erred lowest."""
     timings: list[Timing] = time_side_by_side({**runners, AGAIN: runners[PICK]}, inputs,
                                               rounds=rounds, warmup=2)
     medians = {t.name: t.median_s for t in timings}
