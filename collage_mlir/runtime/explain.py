@@ -403,7 +403,9 @@ function overview(){
   +" (estimate error "+((R.profile.chain_error_rel||0)*100).toFixed(0)+"%)"):"");
  s+="</table><h3>End-to-end check</h3>";
  s+=R.verdict?"<table>"+R.verdict.contenders.map(function(c){return row(c.name,ms(c.median_s)
-  +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")+"</table>"
+  +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")
+  +(R.verdict.noise!=null?row("noise (the pick timed twice)","±"+(100*R.verdict.noise).toFixed(1)+"%"):"")
+  +"</table>"
   :'<p class="muted">not run (table costs, --no-verify, or no whole-model alternative within reach)</p>';
  var L=R.verdict&&R.verdict.lost_pick;
  if(L)s+='<h3 id="lost-pick">The search\'s pick, replaced</h3><table>'
