@@ -80,3 +80,16 @@ def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
             samples[name].append((time.perf_counter() - t0) / inner)
     return [Timing(n, float(np.median(s)), float(np.percentile(s, 90)))
             for n, s in samples.items()]
+
+
+def wins_again(runners: dict[str, Runner], incumbent: str, challenger: str,
+               inputs: Sequence[np.ndarray], rounds: int, margin: float,
+               timer: Callable[..., list[Timing]] = time_side_by_side) -> bool:
+    """Whether `challenger` beats `incumbent` by more than `margin` again, the two timed side
+    by side alone (at least CONFIRM_ROUNDS rounds): of several contenders timed once, the
+    fastest is as often the one whose timing erred lowest. `timer` is the caller's own
+    `time_side_by_side` (tests replace it per module)."""
+    medians = {t.name: t.median_s for t in timer(
+        {n: runners[n] for n in (incumbent, challenger)}, inputs,
+        rounds=max(rounds, CONFIRM_ROUNDS), warmup=1, seed=1)}
+    return medians[challenger] < medians[incumbent] * (1 - margin)

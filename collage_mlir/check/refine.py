@@ -42,7 +42,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Kernel
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.compare import CONFIRM_ROUNDS, NOISE_FLOOR, time_side_by_side
+from collage_mlir.check.compare import NOISE_FLOOR, time_side_by_side, wins_again
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
@@ -267,8 +267,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         record.noise = abs(medians[INCUMBENT] - medians[AGAIN]) / base
         bar = base * (1 - max(NOISE_FLOOR, record.noise))
         best = min(built, key=lambda w: medians[w])
-        confirmed = medians[best] < bar and _confirmed(
-            incumbent, best, built[best][0], inputs, rounds, max(NOISE_FLOOR, record.noise))
+        confirmed = medians[best] < bar and wins_again(
+            runners, INCUMBENT, best, inputs, rounds, max(NOISE_FLOOR, record.noise),
+            time_side_by_side)
         for what, (_, nb) in built.items():
             kept = what == best and confirmed
             why = ("faster beyond the noise, confirmed by a second timing" if kept else
@@ -279,18 +280,6 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     record.seconds = time.perf_counter() - start
     winner = next((t.what for t in record.trials if t.kept), None)
     return (built[winner][0] if winner else None), record
-
-
-def _confirmed(incumbent: PartitionedModel, what: str, model: PartitionedModel,
-               inputs: Sequence, rounds: int, margin: float) -> bool:
-    """Whether `model` beats `incumbent` by more than `margin` again, timed side by side
-    with it alone: the fastest of several neighbours timed once is the one whose timing
-    erred lowest as often as the one that is fastest (zfnet512: an island kept at 22.3 ms
-    against openvino whole's 23.4 ran 3% slower than it in the benchmark)."""
-    medians = {t.name: t.median_s for t in time_side_by_side(
-        {INCUMBENT: incumbent.run, what: model.run}, inputs, rounds=max(rounds, CONFIRM_ROUNDS),
-        warmup=1, seed=1)}
-    return medians[what] < medians[INCUMBENT] * (1 - margin)
 
 
 def _measured_rests(nb: Partitioning, estimator: CostEstimator,

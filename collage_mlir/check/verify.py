@@ -25,12 +25,12 @@ from iree.compiler import ir
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import (
-    CONFIRM_ROUNDS,
     NOISE_FLOOR,
     Runner,
     Timing,
     time_side_by_side,
     whole_model_runner,
+    wins_again,
 )
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
@@ -99,20 +99,10 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     incumbent = PICK if regions[PICK] == 1 else min(wholes, key=lambda n: (medians[n], n))
     challenger = min((n for n in medians if n != incumbent), key=lambda n: (medians[n], n))
     kept = incumbent
-    if medians[challenger] < medians[incumbent] * (1 - margin) and _confirmed(
-            runners, incumbent, challenger, inputs, rounds, margin):
+    if medians[challenger] < medians[incumbent] * (1 - margin) and wins_again(
+            runners, incumbent, challenger, inputs, rounds, margin, time_side_by_side):
         kept = challenger
     return Verdict(kept, medians, noise=noise)
-
-
-def _confirmed(runners: dict[str, Runner], incumbent: str, challenger: str,
-               inputs: Sequence[np.ndarray], rounds: int, margin: float) -> bool:
-    """Whether `challenger` beats `incumbent` by more than `margin` again, the two timed
-    side by side alone."""
-    medians = {t.name: t.median_s for t in time_side_by_side(
-        {n: runners[n] for n in (incumbent, challenger)}, inputs,
-        rounds=max(rounds, CONFIRM_ROUNDS), warmup=1, seed=1)}
-    return medians[challenger] < medians[incumbent] * (1 - margin)
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
