@@ -49,7 +49,7 @@ from collage_mlir.runtime.report import (
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
-from collage_mlir.search.prune import dominated, stages
+from collage_mlir.search.prune import by_backend, dominated, stages
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
 
@@ -204,12 +204,13 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             graph: DataflowGraph | None = None, budget_s: float | None = None,
             prune: bool = True) -> tuple[list[float], dict[int, str]]:
     """Every backend pair's hand-off cost, then the candidates' costs in stages
-    (`search.prune.stages`: single ops, whole models, the rest largest first), and why some
-    were not measured (index → reason): dominated given the single ops (`prune`) or left
-    when `budget_s` seconds were spent. Single ops and whole models are always measured, so
-    a cover exists whatever the budget. A measuring estimator runs its hand-off experiment
-    here (about a minute on an empty cache), not lazily inside the search, so the phase
-    timings say where the time went."""
+    (`search.prune.stages`: single ops, whole models, the rest largest first, one backend at
+    a time, `by_backend`), and why some were not measured (index → reason): dominated given
+    what was measured before them (`prune`) or left when `budget_s` seconds were spent.
+    Single ops and whole models are always measured, so a cover exists whatever the budget.
+    A measuring estimator runs its hand-off experiment here (20-30 s for three backends on
+    an empty cache), not lazily inside the search, so the phase timings say where the time
+    went."""
     start = time.perf_counter()
     pairs = [(a, b) for a in backends for b in backends]
     bar = ProgressBar("hand-offs") if progress else None
@@ -221,26 +222,31 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
         bar.close()
     costs = [math.nan] * len(candidates)
     left: dict[int, str] = {}
+    measured: list[int] = []
     groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
     bar = ProgressBar("measuring") if progress else None
     done = 0
-    for n, group in enumerate(groups):
-        if n >= 2 and prune:
-            known = {k: costs[k] for g in groups[:n] for k in g}
-            out = dominated(graph, candidates, group, known, estimator.transition_cost)
-            left.update(out)
-            group = [k for k in group if k not in out]
-            done += len(out)
-        for chunk in _chunks(group, MEASURE_CHUNK if n >= 2 and budget_s else len(group)):
-            if n >= 2 and budget_s is not None and time.perf_counter() - start > budget_s:
-                left.update({k: f"not measured: the measure budget ({budget_s:g} s) was "
-                                "spent" for k in chunk})
-                continue
-            got = estimator.estimate([candidates[k] for k in chunk], progress=(
-                (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar else None))
-            for k, cost in zip(chunk, got, strict=True):
-                costs[k] = cost
-            done += len(chunk)
+    for n, stage in enumerate(groups):
+        later = n >= 2  # after single ops and whole models: prunable, within the budget
+        known = {k: costs[k] for k in measured}
+        for group in by_backend(graph, candidates, stage, known) if later else [stage]:
+            if later and prune:
+                out = dominated(graph, candidates, group,
+                                {k: costs[k] for k in measured}, estimator.transition_cost)
+                left.update(out)
+                group = [k for k in group if k not in out]
+                done += len(out)
+            for chunk in _chunks(group, MEASURE_CHUNK if later and budget_s else len(group)):
+                if later and budget_s is not None and time.perf_counter() - start > budget_s:
+                    left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
+                                    "was spent" for k in chunk})
+                    continue
+                got = estimator.estimate([candidates[k] for k in chunk], progress=(
+                    (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar else None))
+                for k, cost in zip(chunk, got, strict=True):
+                    costs[k] = cost
+                measured.extend(chunk)
+                done += len(chunk)
     if bar:
         bar.close()
     for k in left:

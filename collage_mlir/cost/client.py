@@ -313,12 +313,13 @@ class WorkerClient:
             on_result(blamed, {"status": "invalid", "error": reason})
         return [i for i in left if i.id != blamed]
 
-    def transition(self, dst: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Run the hand-off experiment with this worker's backend as the source."""
+    def transition(self, dst: dict[str, Any], timeout_s: float,
+                   src: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run the hand-off experiment from `src` (default: this worker's backend) to `dst`."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         try:
-            self._send(cmd="transition", dst=dst)
+            self._send(cmd="transition", dst=dst, src=src)
         except OSError as e:
             self.stop()
             raise WorkerError(f"worker died before the transition experiment: {e}") from None

@@ -230,6 +230,9 @@ class MeasuringEstimator(CostEstimator):
         self.stats = EstimateStats()
         self._seen = _Run()  # what earlier `estimate` calls of this run learnt
         self._transitions: dict[tuple[str, str], Transition] = {}
+        self._transition_client: WorkerClient | None = None
+        """One worker measures every pair of backends, reusing its compiled rings; it ends
+        when candidates are measured (a run prices its hand-offs first) or at `close`."""
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
         self._stores_written = 0
         self._scratch: tempfile.TemporaryDirectory | None = None
@@ -271,6 +274,7 @@ class MeasuringEstimator(CostEstimator):
         return {"target": reference, "options": {}}
 
     def close(self) -> None:
+        self._stop_transition_worker()
         self.cache.close()
         if self.executor is not None and self._owns_executor:
             self.executor.close()
@@ -365,6 +369,7 @@ class MeasuringEstimator(CostEstimator):
 
     def estimate(self, candidates: Sequence[CandidatePartition],
                  progress: Progress | None = None) -> list[float]:
+        self._stop_transition_worker()
         total = len(candidates)
         costs = [math.nan] * total
         waiting: dict[str, list[int]] = {}  # key → candidate indices
@@ -697,19 +702,23 @@ class MeasuringEstimator(CostEstimator):
 
     @property
     def transition_timeout_s(self) -> float:
-        """How long one hand-off experiment (eight compiles per backend and size) may take."""
+        """How long one hand-off experiment may take (the first pair of a backend compiles its
+        rings: 64 kernels in one batch)."""
         if self._transition_timeout_s is not None:
             return self._transition_timeout_s
         return max(120.0, 4 * self.timeout_s)
 
     def _measure_transition(self, a: BackendInfo, b: BackendInfo) -> None:
         host = host_fingerprint()
-        client = WorkerClient(self._worker_config(a))
+        if self._transition_client is None:
+            self._transition_client = WorkerClient(self._worker_config(a))
+        client = self._transition_client
         directions = ((a, b, "forward"), (b, a, "backward"))
         timeout = self.transition_timeout_s
         try:
-            msg = client.transition(b.spec, timeout_s=timeout)
+            msg = client.transition(b.spec, timeout_s=timeout, src=a.spec)
         except WorkerError as e:
+            self._stop_transition_worker()
             status = TIMEOUT if client.timed_out else ERROR
             keys = {transition_mod.transition_key(src.name, src.version, dst.name,
                                                   dst.version): (src, dst)
@@ -723,8 +732,6 @@ class MeasuringEstimator(CostEstimator):
                                                      error=str(e), timeout_s=timeout,
                                                      attempts=attempts))
             return
-        finally:
-            client.stop()
         for src, dst, side in directions:
             points = [(int(n), float(t)) for n, t in msg[side]]
             per_call, per_byte = transition_mod.fit(points)
@@ -732,6 +739,12 @@ class MeasuringEstimator(CostEstimator):
             self.cache.put_transition(Transition(key, src.name, dst.name, host, OK,
                                                  per_call, per_byte, points,
                                                  timeout_s=timeout))
+
+    def _stop_transition_worker(self) -> None:
+        """End the worker that measured hand-offs (and the kernels it keeps for more pairs)."""
+        if self._transition_client is not None:
+            self._transition_client.stop()
+            self._transition_client = None
 
     def transition_cost(self, src_backend: str, dst_backend: str, nbytes: int) -> float:
         """Measured hand-off seconds (two regions of one backend included: a boundary

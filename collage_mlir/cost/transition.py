@@ -109,26 +109,49 @@ def _hand_offs(ring: list[Kernel], x: list[np.ndarray], repeats: int,
     return statistics.median(per_switch)
 
 
+def compile_rings(backend: Backend, sizes: Sequence[int] = SIZES
+                  ) -> dict[tuple[int, int], list[Kernel]]:
+    """(f32 elements, copy) → RING distinct Relu kernels compiled by `backend`, two copies
+    per size (a same-backend pair rings two sets), all in one `compile_many`: an IREE
+    compile costs about a second before any work, so one batch instead of one per ring."""
+    from collage_mlir.importer import parse_mlir
+
+    keys = [(n, copy) for n in sizes for copy in (0, 1)]
+    compiled = backend.compile_many(
+        [parse_mlir(relu_module_text(n), "transition") for n, _ in keys for _ in range(RING)])
+    for k in compiled:
+        if isinstance(k, Exception):
+            raise k
+    return {key: list(compiled[i * RING:(i + 1) * RING]) for i, key in enumerate(keys)}
+
+
+class Rings:
+    """Each backend's compiled rings, compiled on first use and kept for later pairs (a
+    worker measures every pair of a run)."""
+
+    def __init__(self, sizes: Sequence[int] = SIZES) -> None:
+        self.sizes = tuple(sizes)
+        self._by_backend: dict[int, tuple[Backend, dict[tuple[int, int], list[Kernel]]]] = {}
+
+    def __call__(self, backend: Backend, n: int, copy: int) -> list[Kernel]:
+        if id(backend) not in self._by_backend:
+            self._by_backend[id(backend)] = (backend, compile_rings(backend, self.sizes))
+        return self._by_backend[id(backend)][1][(n, copy)]
+
+
 def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
                    repeats: int = 40, budget_s: float = 2.0,
-                   ) -> tuple[list[Point], list[Point]]:
+                   rings: Rings | None = None) -> tuple[list[Point], list[Point]]:
     """(nbytes, seconds) hand-off points for src→dst and dst→src, one per size.
 
     A ring alternates RING distinct kernels of each backend, so it holds both directions
-    equally and cannot tell them apart: both lists get the same points.
+    equally and cannot tell them apart: both lists get the same points. `rings` supplies
+    the kernels (a worker measuring several pairs passes its own, to reuse them).
     """
-    from collage_mlir.importer import parse_mlir
-
+    rings = rings if rings is not None else Rings(sizes)
     points: list[Point] = []
     for n in sizes:
-        kernels = []
-        for backend in (src, dst):
-            compiled = backend.compile_many(
-                [parse_mlir(relu_module_text(n), "transition") for _ in range(RING)])
-            for k in compiled:
-                if isinstance(k, Exception):
-                    raise k
-            kernels.append(compiled)
+        kernels = (rings(src, n, 0), rings(dst, n, 1 if dst is src else 0))
         ring = [k for pair in zip(*kernels, strict=True) for k in pair]
         x = [aligned_empty((n,), np.float32)]  # as a kernel's output is (IREE copies others)
         x[0][...] = np.random.default_rng(n).standard_normal(n, dtype=np.float32)

@@ -16,7 +16,9 @@ cannot corrupt the channel). Commands:
   time: the worker then exits, and a fresh one takes the items it did not answer (a GPU
   kernel's fault can leave the process's device context unusable, and every later region
   would fail there for no fault of its own)
-- `{"cmd": "transition", "dst": spec}` → `{"event": "transition", "forward", "backward"}`
+- `{"cmd": "transition", "dst": spec, "src": spec|null}` → `{"event": "transition",
+  "forward", "backward", "src_version", "dst_version"}` (src: this worker's backend when
+  null; one worker measures every pair of a run, reusing the kernels it compiled)
 - `{"cmd": "exit"}`
 Backend specs and settings: `cost/protocol.py`.
 """
@@ -36,6 +38,7 @@ import numpy as np
 
 from collage_mlir.cost.protocol import SYS_PATH_ENV, MeasureSettings, load_backend
 from collage_mlir.cost.timing import summarize, time_kernel
+from collage_mlir.cost.transition import Rings, measure_points
 from collage_mlir.dialects.func import find_function
 from collage_mlir.tensors import compare, make_inputs
 
@@ -91,6 +94,9 @@ class Worker:
         self.reference: Any = None
         self.settings = MeasureSettings()
         self.retiring = False
+        self.spec_key = ""
+        self.peers: dict[str, Any] = {}
+        self.rings = Rings()
 
     def send(self, **msg: Any) -> None:
         self.out.write(json.dumps(msg) + "\n")
@@ -101,6 +107,7 @@ class Worker:
         if self.watchdog is not None:
             self.watchdog.limit_bytes = int(msg.get("memory_limit") or 0)
         self.backend = load_backend(msg["backend"])
+        self.spec_key = json.dumps(msg["backend"], sort_keys=True)
         reference_error = None
         if msg.get("reference"):
             try:
@@ -205,12 +212,22 @@ class Worker:
             return f"reference failed: {_one_line(e)}"
 
     def transition(self, msg: dict[str, Any]) -> None:
-        from collage_mlir.cost.transition import measure_points
-
-        dst = load_backend(msg["dst"])
-        forward, backward = measure_points(self.backend, dst)
+        """The hand-off experiment between `src` (default: this worker's backend) and `dst`.
+        Backends and their compiled rings are kept for the worker's later pairs: a run
+        measures every pair, and compiling the rings is most of the experiment's time."""
+        src = self._peer(msg["src"]) if msg.get("src") else self.backend
+        dst = self._peer(msg["dst"])
+        forward, backward = measure_points(src, dst, rings=self.rings)
         self.send(event="transition", forward=forward, backward=backward,
-                  dst_version=dst.version)
+                  src_version=src.version, dst_version=dst.version)
+
+    def _peer(self, spec: dict[str, Any]) -> Any:
+        """The backend `spec` names, loaded once (this worker's own for its own spec)."""
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self.peers:
+            same = self.backend is not None and key == self.spec_key
+            self.peers[key] = self.backend if same else load_backend(spec)
+        return self.peers[key]
 
 
 def _parse(item: dict[str, Any]) -> Any:

@@ -4,13 +4,15 @@ Measuring is the slow phase (a compile and a timing per candidate), so candidate
 measured in stages, most informative first (`stages`): every single-op candidate (they
 guarantee a cover, and a measuring estimator learns from them which op types a backend
 hangs on before it compiles anything large), then each backend's whole model (the
-baselines the end-to-end check needs), then the rest, largest first. After those, a multi-op candidate on backend X is *dominated*
-(`dominated`) when half of what its dearest op alone costs on X is still more than a cover
-of all its ops by single-op candidates of one other backend costs, hand-offs included: a
-region is not cheaper than half of its dearest op (fusion saves memory traffic around an
-op, not the op's own work), so such a candidate cannot beat a cover the search already
-has. The slow backend's fused regions on a model it runs 7x slower are pruned this way;
-the backends that compete op by op keep theirs.
+baselines the end-to-end check needs), then the rest, largest first, one backend at a
+time, the backend whose whole model ran fastest first (`by_backend`). Before each of those,
+a multi-op candidate on backend X is *dominated* (`dominated`) when half of what its
+dearest op alone costs on X is still more than another backend Y already costs for the
+same ops: as single-op candidates, hand-offs included, or as one measured region with the
+same nodes (so the same boundary). A region is not cheaper than half of its dearest op
+(fusion saves memory traffic around an op, not the op's own work), so such a candidate
+cannot beat a cover the search already has. The slow backend's fused regions on a model it
+runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
 """
 
 from __future__ import annotations
@@ -38,16 +40,34 @@ def stages(graph: DataflowGraph, candidates: Sequence[CandidatePartition]) -> li
     return [s for s in (single, whole, rest) if s]
 
 
+def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+               ks: Sequence[int], known: Mapping[int, float]) -> list[list[int]]:
+    """`ks` split per backend (order within kept), the backend whose whole model costs
+    least in `known` first, backends without a measured whole model last: the later ones
+    are then pruned against the first one's measured regions."""
+    whole = {candidates[k].backend: cost for k, cost in known.items()
+             if candidates[k].inside == graph.op_bits and math.isfinite(cost)}
+    groups: dict[str, list[int]] = {}
+    for k in ks:
+        groups.setdefault(candidates[k].backend, []).append(k)
+    order = sorted(groups, key=lambda b: (whole.get(b, math.inf), b))
+    return [groups[b] for b in order]
+
+
 def dominated(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
               ks: Sequence[int], known: Mapping[int, float],
               transition: TransitionCost | None) -> dict[int, str]:
     """Of candidates `ks`, those that cannot win given the measured costs `known` (index →
     seconds, single-op candidates among them), each with the reason."""
     single: dict[tuple[str, int], float] = {}
+    region: dict[tuple[str, int], float] = {}
     for k, cost in known.items():
         c = candidates[k]
-        if len(c.sub_graph.nodes) == 1 and math.isfinite(cost):
+        if not math.isfinite(cost):
+            continue
+        if len(c.sub_graph.nodes) == 1:
             single[(c.backend, c.sub_graph.nodes[0])] = cost
+        region[(c.backend, c.inside)] = min(cost, region.get((c.backend, c.inside), math.inf))
     backends = sorted({b for b, _ in single})
     out = {}
     for k in ks:
@@ -63,10 +83,14 @@ def dominated(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
             if other == c.backend:
                 continue
             cover = _single_cover(nodes, other, single, transition)
-            if cover < floor:
+            as_one = region.get((other, c.inside), math.inf)
+            if min(cover, as_one) < floor:
+                how = (f"its {len(nodes)} ops one by one on {other} ({cover * 1e3:.3g} ms)"
+                       if cover <= as_one else
+                       f"the same {len(nodes)} ops as one region on {other} "
+                       f"({as_one * 1e3:.3g} ms)")
                 out[k] = (f"pruned: half its dearest op alone on {c.backend} "
-                          f"({floor * 1e3:.3g} ms) costs more than its {len(nodes)} ops "
-                          f"one by one on {other} ({cover * 1e3:.3g} ms)")
+                          f"({floor * 1e3:.3g} ms) costs more than {how}")
                 break
     return out
 

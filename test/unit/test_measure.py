@@ -6,6 +6,7 @@ installed as an entry point would be); the real backends are not needed.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import subprocess
@@ -200,9 +201,31 @@ def test_transition_cost_measured_once_then_cached(tmp_path):
         assert est.transition_cost("numpy_test", "batching_test", 4096) == pytest.approx(
             forward.per_call + forward.per_byte * 4096)
         created = forward.created
+        assert est._transition_client.starts == 1  # one worker measured every pair
     with estimator(tmp_path, backends) as est:
         again = est.transition("numpy_test", "batching_test")
         assert again.created == created and again.points == forward.points
+
+
+def test_a_worker_compiles_each_backends_rings_once_across_pairs(monkeypatch):
+    from collage_mlir.cost import transition
+    from collage_mlir.cost.worker import Worker
+
+    compiled = []
+    real = transition.compile_rings
+
+    def counting(backend, sizes=transition.SIZES):
+        compiled.append(backend.name)
+        return real(backend, sizes)
+
+    monkeypatch.setattr(transition, "compile_rings", counting)
+    worker = Worker(io.StringIO())
+    numpy_spec, batching_spec = {"target": NUMPY}, {"target": BATCHING}
+    worker.init({"backend": numpy_spec, "settings": {}})
+    for src, dst in [(None, numpy_spec), (numpy_spec, batching_spec),
+                     (batching_spec, numpy_spec), (batching_spec, batching_spec)]:
+        worker.transition({"src": src, "dst": dst})
+    assert sorted(compiled) == ["batching_test", "numpy_test"]
 
 
 # -- pieces ---------------------------------------------------------------------------------

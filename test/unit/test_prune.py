@@ -94,3 +94,30 @@ def test_without_pruning_everything_is_measured():
     est = PerOp({"fast": 1.0, "slow": 10.0})
     costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph, prune=False)
     assert left == {} and sum(len(b) for b in est.batches) == len(cands)
+
+
+def test_the_rest_is_measured_one_backend_at_a_time_fastest_whole_model_first():
+    graph, cands = chain_candidates(("slow", "fast"))  # listed slow first
+    est = PerOp({"fast": 1.0, "slow": 1.5})
+    driver.measure(est, cands, ["slow", "fast"], graph=graph)
+    rest = [{c.backend for c in batch} for batch in est.batches[2:]]
+    assert rest == [{"fast"}, {"slow"}]
+
+
+def test_a_region_measured_on_another_backend_prunes_the_same_nodes():
+    """Slow is 4x fast per op: half its dearest op (2.0) is no more than fast's two single
+    ops (2.0), so the single ops alone prune nothing; fast's measured pair (1.6) does."""
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 4.0})
+    single, whole, rest = stages(graph, cands)
+    known = dict(zip(single, est.estimate([cands[k] for k in single]), strict=True))
+    slow_pairs = [k for k in rest if cands[k].backend == "slow"]
+    assert dominated(graph, cands, slow_pairs, known, None) == {}
+    fast_pairs = [k for k in rest if cands[k].backend == "fast"]
+    known.update(zip(fast_pairs, est.estimate([cands[k] for k in fast_pairs]), strict=True))
+    out = dominated(graph, cands, slow_pairs, known, None)
+    assert sorted(out) == sorted(slow_pairs)
+    assert all("the same 2 ops as one region on fast (1.6e+03 ms)" in why for why in out.values())
+    costs, left = driver.measure(PerOp({"fast": 1.0, "slow": 4.0}), cands, ["fast", "slow"],
+                                 graph=graph)
+    assert sorted(left) == sorted(slow_pairs)
