@@ -278,7 +278,7 @@ class IreeKernel(Kernel):
     def _staged(self, k: int, x: np.ndarray) -> Any:
         """On a GPU: input `k` copied into pinned host memory the GPU reads directly, a
         buffer the kernel keeps for that input while its shape and type stay (far cheaper
-        than IREE's own copy of a host array: README, "On an NVIDIA GPU"). A host pointer
+        than IREE's own copy of a host array: docs/results.md, "On an NVIDIA GPU"). A host pointer
         imported as `_arg` does would be read as device memory (CUDA_ERROR_ILLEGAL_ADDRESS,
         and the process's CUDA context is lost)."""
         import iree.runtime as rt
