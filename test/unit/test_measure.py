@@ -527,6 +527,17 @@ def test_a_hanging_transition_experiment_is_not_paid_again_on_every_run(tmp_path
         assert again.attempts == 1
 
 
+
+def test_a_hung_pair_costs_its_worker_not_the_next_pairs(tmp_path):
+    """One worker prices every pair; a pair that hangs ends it, and the next pair gets a
+    fresh one."""
+    backends = {FAULT: {"mode": "hang", "on": "Relu"}, NUMPY: {}}
+    with estimator(tmp_path, backends, transition_timeout_s=1.5) as est:
+        assert est.transition("fault", "numpy_test").status == TIMEOUT
+        est._transition_timeout_s = 60.0  # time enough for a real experiment
+        after = est.transition("numpy_test", "numpy_test")
+        assert after.status == OK and len(after.points) == 4
+
 # -- load (issue 10 item 14) ----------------------------------------------------------------
 
 
