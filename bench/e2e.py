@@ -325,7 +325,8 @@ def main() -> None:
               f"{row['estimated_ms']:.2f} | {err:+.0%} | {region_cell(row['region_errors'])} | "
               f"{row['regions']} | {row['kept']} | "
               f"{row.get('max_err', 0):.1e} | {row['partition_s']:.1f} | "
-              f"{phases.get('measure', 0):.1f} | {phases.get('search', 0):.2f} | "
+              f"{phases.get('hand-offs', 0) + phases.get('measure', 0):.1f} | "
+              f"{phases.get('search', 0):.2f} | "
               f"{phases.get('verify', 0):.1f} |", flush=True)
         singles = {k: v for k, v in row.items() if k.endswith("/collage_regions")}
         if singles:

@@ -49,8 +49,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     run, cached as a retryable timeout); `kernel_budget_s`: seconds of timing per kernel at
     most (default 1). `measure_budget_s`: seconds the measure phase may take — whole models
     and single ops are always measured, then larger candidates until the budget is spent
-    (default: no limit); `prune` skips larger candidates that cannot win given the single
-    ops (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
+    (default: no limit); `prune` skips larger candidates that cannot win given what was
+    measured before them (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
     where the union measures no slower (`collage_mlir.search.merge`). `refine_budget_s`:
     seconds for timing the pick's neighbours end to end after the check (0: off;
     `collage_mlir.check.refine`). `executor`: where candidates are measured: None or "local" on this

@@ -199,19 +199,11 @@ def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike 
     raise CollageError(f"cost={cost}: expected 'measure' or 'table:FILE'")
 
 
-def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
-            backends: Sequence[str], progress: bool = False, *,
-            graph: DataflowGraph | None = None, budget_s: float | None = None,
-            prune: bool = True) -> tuple[list[float], dict[int, str]]:
-    """Every backend pair's hand-off cost, then the candidates' costs in stages
-    (`search.prune.stages`: single ops, whole models, the rest largest first, one backend at
-    a time, `by_backend`), and why some were not measured (index → reason): dominated given
-    what was measured before them (`prune`) or left when `budget_s` seconds were spent.
-    Single ops and whole models are always measured, so a cover exists whatever the budget.
-    A measuring estimator runs its hand-off experiment here (20-30 s for three backends on
-    an empty cache), not lazily inside the search, so the phase timings say where the time
-    went."""
-    start = time.perf_counter()
+def price_hand_offs(estimator: CostEstimator, backends: Sequence[str],
+                    progress: bool = False) -> None:
+    """Every backend pair's hand-off cost, asked for once before measuring: a measuring
+    estimator runs its hand-off experiment here (20-30 s for three backends on an empty
+    cache), not lazily inside the search, so the phase timings say where the time went."""
     pairs = [(a, b) for a in backends for b in backends]
     bar = ProgressBar("hand-offs") if progress else None
     for k, (a, b) in enumerate(pairs):
@@ -220,6 +212,18 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             bar(k + 1, len(pairs))
     if bar:
         bar.close()
+
+
+def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
+            backends: Sequence[str], progress: bool = False, *,
+            graph: DataflowGraph | None = None, budget_s: float | None = None,
+            prune: bool = True) -> tuple[list[float], dict[int, str]]:
+    """The candidates' costs in stages (`search.prune.stages`: single ops, whole models, the
+    rest largest first, one backend at a time, `by_backend`), and why some were not measured
+    (index → reason): dominated given what was measured before them (`prune`) or left when
+    `budget_s` seconds were spent. Single ops and whole models are always measured, so a
+    cover exists whatever the budget. Pruning prices hand-offs: `price_hand_offs` first."""
+    start = time.perf_counter()
     costs = [math.nan] * len(candidates)
     left: dict[int, str] = {}
     measured: list[int] = []
@@ -397,6 +401,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                             options.timeout_s, options.kernel_budget_s,
                                             executor=options.executor)
     try:
+        with _timed(timings, "hand-offs"):
+            price_hand_offs(estimator, names, options.progress)
         with _timed(timings, "measure"):
             costs, unmeasured = measure(estimator, candidates, names, options.progress,
                                         graph=graph, budget_s=options.measure_budget_s,

@@ -44,7 +44,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "are always measured, larger candidates until it is spent (the "
                         "report counts those left unmeasured; default: no limit)")
     p.add_argument("--no-prune", dest="prune", action="store_false",
-                   help="measure every candidate, also those the single ops show cannot win")
+                   help="measure every candidate, also those already shown unable to win")
     p.add_argument("--no-merge", dest="merge", action="store_false",
                    help="keep the search's regions as they are (no joining of adjacent "
                         "regions on one backend after the search)")

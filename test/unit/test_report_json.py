@@ -53,7 +53,8 @@ def test_report_matches_schema_and_partition(mixed, schema):
     assert [r["backend"] for r in data["regions"]] == [s.backend for s in model.plan.steps]
     assert data["backends"]["used"] == sorted(BACKENDS)
     assert data["backends"]["considered"] == BACKENDS
-    assert set(data["phases_s"]) >= {"import", "annotate", "measure", "search", "compile"}
+    assert set(data["phases_s"]) >= {"import", "annotate", "hand-offs", "measure", "search",
+                                     "compile"}
     ops = [op for r in data["regions"] for op in r["ops"]]
     assert [op["id"] for op in ops] == list(range(len(ops))) == list(range(data["totals"]["ops"]))
     for op in ops:  # every op reads earlier ops only: ids follow execution order
