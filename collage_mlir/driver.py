@@ -215,7 +215,7 @@ def price_hand_offs(estimator: CostEstimator, backends: Sequence[str],
 
 
 def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
-            backends: Sequence[str], progress: bool = False, *,
+            progress: bool = False, *,
             graph: DataflowGraph | None = None, budget_s: float | None = None,
             prune: bool = True) -> tuple[list[float], dict[int, str]]:
     """The candidates' costs in stages (`search.prune.stages`: single ops, whole models, the
@@ -404,7 +404,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         with _timed(timings, "hand-offs"):
             price_hand_offs(estimator, names, options.progress)
         with _timed(timings, "measure"):
-            costs, unmeasured = measure(estimator, candidates, names, options.progress,
+            costs, unmeasured = measure(estimator, candidates, options.progress,
                                         graph=graph, budget_s=options.measure_budget_s,
                                         prune=options.prune)
             rejected = rejections(graph, candidates, costs, estimator, unmeasured)

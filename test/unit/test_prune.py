@@ -66,7 +66,7 @@ def test_backends_that_compete_op_by_op_keep_their_fused_regions():
 def test_pruning_keeps_the_pick_and_skips_the_dominated_measurements():
     graph, cands = chain_candidates()
     est = PerOp({"fast": 1.0, "slow": 10.0})
-    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph)
+    costs, left = driver.measure(est, cands, graph=graph)
     full = PerOp({"fast": 1.0, "slow": 10.0}).estimate(cands)
     measured = [c for batch in est.batches for c in batch]
     assert len(measured) == len(cands) - len(left) and len(left) == 3
@@ -81,7 +81,7 @@ def test_pruning_keeps_the_pick_and_skips_the_dominated_measurements():
 def test_a_spent_budget_leaves_the_rest_unmeasured_but_a_cover_stays():
     graph, cands = chain_candidates()
     est = PerOp({"fast": 1.0, "slow": 1.5})
-    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph, budget_s=1e-9)
+    costs, left = driver.measure(est, cands, graph=graph, budget_s=1e-9)
     assert len(left) == 6 and all("measure budget" in why for why in left.values())
     assert all(math.isinf(costs[k]) for k in left)
     assert [len(b) for b in est.batches] == [8, 2]
@@ -92,14 +92,14 @@ def test_a_spent_budget_leaves_the_rest_unmeasured_but_a_cover_stays():
 def test_without_pruning_everything_is_measured():
     graph, cands = chain_candidates()
     est = PerOp({"fast": 1.0, "slow": 10.0})
-    costs, left = driver.measure(est, cands, ["fast", "slow"], graph=graph, prune=False)
+    costs, left = driver.measure(est, cands, graph=graph, prune=False)
     assert left == {} and sum(len(b) for b in est.batches) == len(cands)
 
 
 def test_the_rest_is_measured_one_backend_at_a_time_fastest_whole_model_first():
     graph, cands = chain_candidates(("slow", "fast"))  # listed slow first
     est = PerOp({"fast": 1.0, "slow": 1.5})
-    driver.measure(est, cands, ["slow", "fast"], graph=graph)
+    driver.measure(est, cands, graph=graph)
     rest = [{c.backend for c in batch} for batch in est.batches[2:]]
     assert rest == [{"fast"}, {"slow"}]
 
@@ -118,6 +118,6 @@ def test_a_region_measured_on_another_backend_prunes_the_same_nodes():
     out = dominated(graph, cands, slow_pairs, known, None)
     assert sorted(out) == sorted(slow_pairs)
     assert all("the same 2 ops as one region on fast (1.6e+03 ms)" in why for why in out.values())
-    costs, left = driver.measure(PerOp({"fast": 1.0, "slow": 4.0}), cands, ["fast", "slow"],
+    costs, left = driver.measure(PerOp({"fast": 1.0, "slow": 4.0}), cands,
                                  graph=graph)
     assert sorted(left) == sorted(slow_pairs)
