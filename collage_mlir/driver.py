@@ -49,7 +49,7 @@ from collage_mlir.runtime.report import (
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
-from collage_mlir.search.prune import by_backend, dominated, stages
+from collage_mlir.search.prune import by_backend, dominated, probe, stages, stop_above
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
 
@@ -218,25 +218,28 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             progress: bool = False, *,
             graph: DataflowGraph | None = None, budget_s: float | None = None,
             prune: bool = True) -> tuple[list[float], dict[int, str]]:
-    """The candidates' costs in stages (`search.prune.stages`: single ops, whole models, the
-    rest largest first, one backend at a time, `by_backend`), and why some were not measured
-    (index → reason): dominated given what was measured before them (`prune`) or left when
-    `budget_s` seconds were spent. Single ops and whole models are always measured, so a
-    cover exists whatever the budget. Pruning prices hand-offs: `price_hand_offs` first."""
+    """The candidates' costs in stages (`search.prune.stages`: single ops one backend at a
+    time, whole models, the rest largest first one backend at a time, `by_backend`), and why
+    some were not measured (index → reason): dominated given what was measured before them
+    (`prune`) or left when `budget_s` seconds were spent. Single ops and whole models are
+    always measured, so a cover exists whatever the budget. With `prune`, a candidate is
+    also told where it loses to what is known (`search.prune.stop_above`) and timed less
+    beyond it. Pruning prices hand-offs: `price_hand_offs` first."""
     start = time.perf_counter()
     costs = [math.nan] * len(candidates)
     left: dict[int, str] = {}
-    measured: list[int] = []
+
+    def known() -> dict[int, float]:
+        return {k: cost for k, cost in enumerate(costs) if not math.isnan(cost)}
+
     groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
     bar = ProgressBar("measuring") if progress else None
     done = 0
     for n, stage in enumerate(groups):
         later = n >= 2  # after single ops and whole models: prunable, within the budget
-        known = {k: costs[k] for k in measured}
-        for group in by_backend(graph, candidates, stage, known) if later else [stage]:
+        for group in _batches(graph, candidates, n, stage, known, prune):
             if later and prune:
-                out = dominated(graph, candidates, group,
-                                {k: costs[k] for k in measured}, estimator.transition_cost)
+                out = dominated(graph, candidates, group, known(), estimator.transition_cost)
                 left.update(out)
                 group = [k for k in group if k not in out]
                 done += len(out)
@@ -245,17 +248,40 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
                     left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
                                     "was spent" for k in chunk})
                     continue
-                got = estimator.estimate([candidates[k] for k in chunk], progress=(
-                    (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar else None))
+                bounds = (stop_above(graph, candidates, chunk, known(),
+                                     estimator.transition_cost)
+                          if prune and graph is not None else [None] * len(chunk))
+                got = estimator.estimate_bounded(
+                    [candidates[k] for k in chunk], bounds, progress=(
+                        (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar
+                        else None))
                 for k, cost in zip(chunk, got, strict=True):
                     costs[k] = cost
-                measured.extend(chunk)
                 done += len(chunk)
     if bar:
         bar.close()
     for k in left:
         costs[k] = math.inf
     return costs, left
+
+
+def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartition], n: int,
+             stage: list[int], known: Callable[[], dict[int, float]], prune: bool
+             ) -> Iterator[list[int]]:
+    """Stage `n`'s candidates in the batches they are measured in, each batch chosen when
+    the one before is measured: whole models in one (timed side by side); with pruning,
+    single ops first on a few nodes on every backend (`probe`), then one backend at a time,
+    fastest first (`by_backend`), so that the later ones are timed against the earlier
+    ones' costs; the rest one backend at a time."""
+    if graph is None or n == 1 or (n == 0 and not prune):
+        yield stage
+        return
+    if n == 0:
+        first = probe(graph, candidates, stage)
+        if first:
+            yield first
+        stage = [k for k in stage if k not in set(first)]
+    yield from by_backend(graph, candidates, stage, known())
 
 
 MEASURE_CHUNK = 64

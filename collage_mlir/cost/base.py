@@ -37,6 +37,15 @@ class CostEstimator(abc.ABC):
                  progress: Progress | None = None) -> list[float]:
         """Cost of each candidate, in order. Never raises for one bad candidate: +inf."""
 
+    def estimate_bounded(self, candidates: Sequence[CandidatePartition],
+                         stop_above: Sequence[float | None],
+                         progress: Progress | None = None) -> list[float]:
+        """`estimate`, told per candidate the cost beyond which its exact value cannot
+        matter (it loses to a cover already costed; None: no such cost). An estimator that
+        spends effort per candidate may spend less beyond it (the measuring one times
+        fewer calls); the cost it returns is still its estimate, not the bound."""
+        return self.estimate(candidates, progress)
+
     def reason(self, candidate: CandidatePartition) -> str:
         """Why `candidate` costs +inf or NaN ("" when unknown), for the error that names an
         op no backend can run. Valid after `estimate`."""

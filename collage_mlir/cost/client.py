@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collage_mlir.cost.protocol import SYS_PATH_ENV, how_it_ended
@@ -40,6 +40,8 @@ class Item:
     skip: Callable[[], str | None] | None = None
     """Asked when the item is about to be sent: a reason not to measure it after all (it is
     then reported as an error with that reason), or None."""
+    stop_above: float | None = None
+    """Seconds beyond which its timing may stop early (`time_kernel`)."""
 
     def module_text(self) -> str:
         return self.text() if callable(self.text) else self.text
@@ -268,7 +270,7 @@ class WorkerClient:
         done: set[str] = set()
         try:
             self._send(cmd="measure", batch=batch,
-                       items=[{"id": i.id, "text": i.module_text()} for i in chunk])
+                       items=[_message(i) for i in chunk])
         except OSError:  # it died since we last looked: the read below reports the death
             pass
         phase, current = "starting", None
@@ -304,7 +306,7 @@ class WorkerClient:
         self.stop()
         left = [i for i in chunk if i.id not in done]
         if phase == "compiling a batch" and len(left) > 1:
-            return [Item(i.id, i.text, solo=True) for i in left]
+            return [replace(i, solo=True) for i in left]
         blamed = current if current in by_id and current not in done else left[0].id
         if self._timed_out:  # maybe a hang, maybe a busy machine: retryable, with its timeout
             on_result(blamed, {"status": "timeout", "error": reason,
@@ -332,3 +334,11 @@ class WorkerClient:
         if msg.get("event") != "transition":
             raise WorkerError(msg.get("error", "transition failed"))
         return msg
+
+
+def _message(item: Item) -> dict[str, Any]:
+    """An item as the worker's `measure` command takes it."""
+    msg: dict[str, Any] = {"id": item.id, "text": item.module_text()}
+    if item.stop_above is not None:
+        msg["stop_above"] = item.stop_above
+    return msg

@@ -24,7 +24,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -369,6 +369,13 @@ class MeasuringEstimator(CostEstimator):
 
     def estimate(self, candidates: Sequence[CandidatePartition],
                  progress: Progress | None = None) -> list[float]:
+        return self.estimate_bounded(candidates, [None] * len(candidates), progress)
+
+    def estimate_bounded(self, candidates: Sequence[CandidatePartition],
+                         stop_above: Sequence[float | None],
+                         progress: Progress | None = None) -> list[float]:
+        """Cached costs, the rest measured; a region's timing stops early beyond the
+        largest bound of the candidates it stands for (none if one of them has none)."""
         self._stop_transition_worker()
         total = len(candidates)
         costs = [math.nan] * total
@@ -392,6 +399,7 @@ class MeasuringEstimator(CostEstimator):
                                   method=self.settings.method)
             waiting.setdefault(key, []).append(i)
             rows[key] = (info, c.sub_graph, rk)
+        bounds = {key: _loosest(stop_above[i] for i in ks) for key, ks in waiting.items()}
         self.stats = EstimateStats(candidates=total, regions=len(waiting))
 
         def settle(key: str, m: Measurement) -> None:
@@ -439,11 +447,11 @@ class MeasuringEstimator(CostEstimator):
                 remote[backend] = [k for k in keys if k in mine]
                 continue
             self._measure_backend(self.backends[backend], [k for k in keys if k in mine], rows,
-                                  settle, previous, run)
+                                  settle, previous, run, bounds)
         if remote:
-            self._measure_remote(remote, rows, settle, previous, run)
+            self._measure_remote(remote, rows, settle, previous, run, bounds)
         if deferred:
-            self._wait_for_others(deferred, rows, settle, previous, run, started)
+            self._wait_for_others(deferred, rows, settle, previous, run, started, bounds)
         return costs
 
     @property
@@ -455,7 +463,7 @@ class MeasuringEstimator(CostEstimator):
     def _wait_for_others(self, keys: list[str],
                          rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
                          previous: Mapping[str, Measurement], run: _Run,
-                         started: float) -> None:
+                         started: float, bounds: Mapping[str, float | None]) -> None:
         """Settle `keys`, claimed by other runs, with the rows those runs write (whatever
         their status: they are this run's answers too); a key whose claim lapses (its run
         ended or died without a row) is claimed and measured here."""
@@ -476,9 +484,9 @@ class MeasuringEstimator(CostEstimator):
                     remote[backend] = keys
                     continue
                 self._measure_backend(self.backends[backend], keys, rows, settle, previous,
-                                      run)
+                                      run, bounds)
             if remote:
-                self._measure_remote(remote, rows, settle, previous, run)
+                self._measure_remote(remote, rows, settle, previous, run, bounds)
             pending = [k for k in pending if k not in mine]
             if pending and not mine:
                 self._sleep(CLAIM_POLL_S)
@@ -494,7 +502,8 @@ class MeasuringEstimator(CostEstimator):
 
     def _measure_backend(self, info: BackendInfo, keys: list[str],
                          rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
-                         previous: Mapping[str, Measurement], run: _Run) -> None:
+                         previous: Mapping[str, Measurement], run: _Run,
+                         bounds: Mapping[str, float | None]) -> None:
         """Measure `keys` on one backend's worker, each result into the cache as it comes.
         After the backend's first timeout on an op type, the regions holding that type
         that are still to measure are skipped in this run (errors, not cached)."""
@@ -533,7 +542,8 @@ class MeasuringEstimator(CostEstimator):
 
         try:
             client.measure([Item(k, functools.partial(self.region_text, rows[k][1]),
-                                 skip=functools.partial(skip, k)) for k in keys],
+                                 skip=functools.partial(skip, k), stop_above=bounds.get(k))
+                            for k in keys],
                            info.batch, on_result)
         finally:
             self.stats.restarts += client.restarts
@@ -542,7 +552,8 @@ class MeasuringEstimator(CostEstimator):
 
     def _measure_remote(self, plan: Mapping[str, list[str]],
                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
-                        previous: Mapping[str, Measurement], run: _Run) -> None:
+                        previous: Mapping[str, Measurement], run: _Run,
+                        bounds: Mapping[str, float | None]) -> None:
         """Measure `plan` (backend → keys) on the executor, every backend at once; each
         result into the cache as it comes, keyed by the machine that measured it. A result
         from a machine of another kind than the one bound (its key differs) is cached
@@ -559,7 +570,7 @@ class MeasuringEstimator(CostEstimator):
                     sent.setdefault(backend, []).append(k)
                 else:
                     skipped.append((backend, k, why))
-        groups = [self._group(self.backends[b], keys, rows) for b, keys in sent.items()]
+        groups = [self._group(self.backends[b], keys, rows, bounds) for b, keys in sent.items()]
 
         def on_outcome(o: Outcome) -> None:
             info = self.backends[o.backend]
@@ -622,14 +633,15 @@ class MeasuringEstimator(CostEstimator):
             self._seen.hung.setdefault(backend, {}).setdefault(t, why)
 
     def _group(self, info: BackendInfo, keys: list[str],
-               rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]]) -> Group:
+               rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]],
+               bounds: Mapping[str, float | None]) -> Group:
         """One backend's keys as the executor takes them: region texts naming the weight
         stores, which the group lists with their tokens."""
         items, stores = [], {}
         for k in keys:
             sub_graph = rows[k][1]
             items.append(RemoteItem(k, self.region_text(sub_graph),
-                                    tuple(sorted(_op_types(sub_graph)))))
+                                    tuple(sorted(_op_types(sub_graph))), bounds.get(k)))
             store = self._store(sub_graph.graph)
             if store is not None and str(store.path) not in stores:
                 stores[str(store.path)] = store_token(store.path)
@@ -762,6 +774,16 @@ def default_worker_memory() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
     except (ValueError, OSError):
         return 0
+
+
+def _loosest(bounds: Iterable[float | None]) -> float | None:
+    """The largest bound, or None when one of them is None (that candidate needs precision)."""
+    out = -math.inf
+    for b in bounds:
+        if b is None:
+            return None
+        out = max(out, b)
+    return out if math.isfinite(out) else None
 
 
 def _op_types(sub_graph: SubGraph) -> set[str]:

@@ -540,8 +540,8 @@ def run_group(group: Group, shipped: dict[str, Any]) -> Iterator[dict[str, Any]]
     def skip(key: str) -> str | None:
         return next((hung[t] for t in sorted(types[key]) if t in hung), None)
 
-    items = [Item(i.key, _retarget(i.text, moved), skip=lambda k=i.key: skip(k))
-             for i in group.items]
+    items = [Item(i.key, _retarget(i.text, moved), skip=lambda k=i.key: skip(k),
+                  stop_above=i.stop_above) for i in group.items]
 
     def work() -> None:
         try:

@@ -36,6 +36,8 @@ class RemoteItem:
     key: str
     text: str
     op_types: tuple[str, ...]
+    stop_above: float | None = None
+    """Seconds beyond which its timing may stop early (`time_kernel`)."""
 
 
 @dataclass

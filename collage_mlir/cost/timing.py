@@ -13,10 +13,15 @@ import numpy as np
 from collage_mlir.cost.protocol import MeasureSettings
 
 
-def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -> list[float]:
+def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings,
+                stop_above: float | None = None) -> list[float]:
     """Per-call seconds of `kernel.run_borrowed(inputs)` (the call the runtime makes between
     regions: outputs left in the kernel's buffers, not copied out), same input arrays each
-    call (bound once), each call after a cache sweep unless `s.cold_bytes` is 0."""
+    call (bound once), each call after a cache sweep unless `s.cold_bytes` is 0.
+
+    `stop_above`: seconds beyond which the caller needs no precision (the candidate loses
+    to something already measured); once `s.min_runs_on_budget` calls have a median above
+    it, timing stops there, as it does for a kernel that spends the budget."""
     run = getattr(kernel, "run_borrowed", kernel.run)
     for _ in range(s.warmup):
         run(inputs)
@@ -30,6 +35,9 @@ def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings) -
         run(inputs)
         times.append(time.perf_counter() - t0)
         n = len(times)
+        if (stop_above is not None and n >= s.min_runs_on_budget
+                and statistics.median(times) > stop_above):
+            break
         if n >= max(s.min_runs, 2 * s.settle_window) and n % s.settle_window == 0:
             now, before = statistics.median(times), statistics.median(times[:-s.settle_window])
             if abs(now - before) <= s.settle * now:

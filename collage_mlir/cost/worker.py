@@ -9,10 +9,11 @@ copy of the original stdout (fd 1 itself is pointed at stderr, so a backend that
 cannot corrupt the channel). Commands:
 - `{"cmd": "init", "backend": spec, "reference": spec|null, "settings": {...}}` →
   `{"event": "ready", "name", "version", "options", "reference_error"}`
-- `{"cmd": "measure", "items": [{"id", "text"}], "batch": bool}` → per batch
+- `{"cmd": "measure", "items": [{"id", "text", "stop_above"?}], "batch": bool}` → per batch
   `{"event": "compiling", "ids"}`; per item `{"event": "start", "id"}` then
   `{"event": "result", "id", "status", "median", "p90", "spread", "runs", "error"}`;
-  finally `{"event": "done"}`, or `{"event": "retiring"}` after a kernel failed at run
+  finally `{"event": "done"}` (`stop_above`: seconds beyond which timing may stop early,
+  `time_kernel`), or `{"event": "retiring"}` after a kernel failed at run
   time: the worker then exits, and a fresh one takes the items it did not answer (a GPU
   kernel's fault can leave the process's device context unusable, and every later region
   would fail there for no fault of its own)
@@ -132,11 +133,13 @@ class Worker:
                 compiled = iter([e] * len(good))
             kernels = [m if isinstance(m, Exception) else next(compiled) for m in modules]
             for item, module, kernel in zip(items, modules, kernels, strict=True):
-                if not self._answer(item, lambda m=module, k=kernel: self.measure_one(m, k)):
+                if not self._answer(item, lambda m=module, k=kernel, i=item:
+                                    self.measure_one(m, k, i.get("stop_above"))):
                     return
         else:
             for item in items:
-                if not self._answer(item, lambda i=item: self.measure_one(_parse(i), None)):
+                if not self._answer(item, lambda i=item: self.measure_one(
+                        _parse(i), None, i.get("stop_above"))):
                     return
         self.send(event="done")
 
@@ -152,10 +155,11 @@ class Worker:
             return False
         return True
 
-    def measure_one(self, module: Any, kernel: Any) -> dict[str, Any]:
+    def measure_one(self, module: Any, kernel: Any,
+                    stop_above: float | None = None) -> dict[str, Any]:
         """Compile (unless batch-compiled), check against the reference on CHECKED_CALLS
-        calls with different inputs (a kernel right on its first call only is wrong), time.
-        Never raises."""
+        calls with different inputs (a kernel right on its first call only is wrong), time
+        (`time_kernel`, stopping early above `stop_above`). Never raises."""
         if isinstance(module, Exception):
             return {"status": "error", "error": f"region does not parse: {module}"}
         try:
@@ -178,7 +182,7 @@ class Worker:
         if wrong:
             return {"status": "invalid", "error": wrong}
         try:
-            times = time_kernel(kernel, input_sets[0], self.settings)
+            times = time_kernel(kernel, input_sets[0], self.settings, stop_above)
         except Exception as e:
             return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
         return {"status": "ok", "error": note, **summarize(times)}

@@ -13,6 +13,8 @@ same nodes (so the same boundary). A region is not cheaper than half of its dear
 (fusion saves memory traffic around an op, not the op's own work), so such a candidate
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
+Candidates measured after a cover of their nodes is known are told where they lose
+(`stop_above`), so that a clear loser is timed on a few calls, not until its median settles.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from collage_mlir.search.partitioning import TransitionCost
 FUSION_FLOOR = 0.5
 """A region on a backend costs at least this share of its dearest op alone there."""
 SUM_FLOOR = 0.0
+PROBE_OPS = 4
+"""Single ops measured on every backend first, to rank the backends (`probe`)."""
+LOSER_FACTOR = 2.0
+"""Beyond this multiple of a cover of the same nodes already known, a candidate's cost needs
+no more precision (`stop_above`): it stays a candidate (hand-offs may still favour it),
+timed on fewer calls."""
 
 
 def stages(graph: DataflowGraph, candidates: Sequence[CandidatePartition]) -> list[list[int]]:
@@ -42,16 +50,50 @@ def stages(graph: DataflowGraph, candidates: Sequence[CandidatePartition]) -> li
 
 def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                ks: Sequence[int], known: Mapping[int, float]) -> list[list[int]]:
-    """`ks` split per backend (order within kept), the backend whose whole model costs
-    least in `known` first, backends without a measured whole model last: the later ones
-    are then pruned against the first one's measured regions."""
+    """`ks` split per backend (order within kept), the fastest backend first by what
+    `known` holds: its whole model, else its single ops on the nodes every backend has
+    measured alone (the `probe`); backends with neither last. The later ones are then
+    pruned against the first one's measured regions and bounded by them (`stop_above`)."""
     whole = {candidates[k].backend: cost for k, cost in known.items()
              if candidates[k].inside == graph.op_bits and math.isfinite(cost)}
     groups: dict[str, list[int]] = {}
     for k in ks:
         groups.setdefault(candidates[k].backend, []).append(k)
-    order = sorted(groups, key=lambda b: (whole.get(b, math.inf), b))
+    singles = _common_singles(candidates, known)
+    order = sorted(groups, key=lambda b: (whole.get(b, math.inf), singles.get(b, math.inf), b))
     return [groups[b] for b in order]
+
+
+def probe(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+          ks: Sequence[int], size: int = PROBE_OPS) -> list[int]:
+    """Of the single-op candidates `ks`, those on up to `size` nodes (spread over the
+    model's order) that every backend of `ks` can run alone: measured first, they rank the
+    backends (`by_backend`) before their other single ops are measured."""
+    backends: dict[int, set[str]] = {}
+    for k in ks:
+        backends.setdefault(candidates[k].sub_graph.nodes[0], set()).add(candidates[k].backend)
+    every = set().union(*backends.values()) if backends else set()
+    common = sorted(i for i, bs in backends.items() if bs == every)
+    if len(every) < 2 or not common:
+        return []
+    step = len(common) / min(size, len(common))
+    nodes = {common[int(j * step)] for j in range(min(size, len(common)))}
+    return [k for k in ks if candidates[k].sub_graph.nodes[0] in nodes]
+
+
+def _common_singles(candidates: Sequence[CandidatePartition], known: Mapping[int, float]
+                    ) -> dict[str, float]:
+    """backend → the sum of its known single-op costs over the nodes every backend with a
+    known single op has a finite cost for (empty when there are none)."""
+    single, _ = _known_costs(candidates, known)
+    by_node: dict[int, dict[str, float]] = {}
+    for (b, i), cost in single.items():
+        by_node.setdefault(i, {})[b] = cost
+    backends = {b for b, _ in single}
+    common = [costs for costs in by_node.values() if set(costs) == backends]
+    if not common:
+        return {}
+    return {b: math.fsum(costs[b] for costs in common) for b in backends}
 
 
 def dominated(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
@@ -59,15 +101,7 @@ def dominated(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
               transition: TransitionCost | None) -> dict[int, str]:
     """Of candidates `ks`, those that cannot win given the measured costs `known` (index →
     seconds, single-op candidates among them), each with the reason."""
-    single: dict[tuple[str, int], float] = {}
-    region: dict[tuple[str, int], float] = {}
-    for k, cost in known.items():
-        c = candidates[k]
-        if not math.isfinite(cost):
-            continue
-        if len(c.sub_graph.nodes) == 1:
-            single[(c.backend, c.sub_graph.nodes[0])] = cost
-        region[(c.backend, c.inside)] = min(cost, region.get((c.backend, c.inside), math.inf))
+    single, region = _known_costs(candidates, known)
     backends = sorted({b for b, _ in single})
     out = {}
     for k in ks:
@@ -93,6 +127,46 @@ def dominated(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                           f"({floor * 1e3:.3g} ms) costs more than {how}")
                 break
     return out
+
+
+def stop_above(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+               ks: Sequence[int], known: Mapping[int, float],
+               transition: TransitionCost | None) -> list[float | None]:
+    """For each of `ks`, the cost beyond which measuring it more precisely is wasted:
+    LOSER_FACTOR times the cheapest cover of its nodes already known (as single ops on any
+    backend, hand-offs included, or as one region on another backend); None without one,
+    and for whole models (the end-to-end check's baselines)."""
+    single, region = _known_costs(candidates, known)
+    backends = sorted({b for b, _ in single})
+    out: list[float | None] = []
+    for k in ks:
+        c = candidates[k]
+        nodes = c.sub_graph.nodes
+        best = math.inf
+        if c.inside != graph.op_bits:
+            for other in backends:
+                if other != c.backend or len(nodes) > 1:
+                    best = min(best, _single_cover(nodes, other, single, transition))
+                if other != c.backend:
+                    best = min(best, region.get((other, c.inside), math.inf))
+        out.append(LOSER_FACTOR * best if math.isfinite(best) else None)
+    return out
+
+
+def _known_costs(candidates: Sequence[CandidatePartition], known: Mapping[int, float]
+                 ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
+    """The finite costs in `known` as (backend, node) → single op's cost and
+    (backend, node bits) → the cheapest region with exactly those nodes."""
+    single: dict[tuple[str, int], float] = {}
+    region: dict[tuple[str, int], float] = {}
+    for k, cost in known.items():
+        c = candidates[k]
+        if not math.isfinite(cost):
+            continue
+        if len(c.sub_graph.nodes) == 1:
+            single[(c.backend, c.sub_graph.nodes[0])] = cost
+        region[(c.backend, c.inside)] = min(cost, region.get((c.backend, c.inside), math.inf))
+    return single, region
 
 
 def _single_cover(nodes: Sequence[int], backend: str, single: Mapping[tuple[str, int], float],

@@ -329,6 +329,34 @@ def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):
     assert events == ["run"] * 4
 
 
+UNSETTLED = MeasureSettings(warmup=0, min_runs=20, max_runs=24, budget_s=100.0,
+                            min_runs_on_budget=5, settle=-1.0, cold_bytes=0)
+"""Never settles, never spends its budget: timed to `max_runs` unless stopped above a bound."""
+
+
+def test_timing_stops_after_a_few_calls_above_its_bound():
+    from collage_mlir.cost.timing import time_kernel
+
+    class Kernel:
+        def run(self, inputs):
+            return inputs
+
+    assert len(time_kernel(Kernel(), [], UNSETTLED, stop_above=0.0)) == 5
+    assert len(time_kernel(Kernel(), [], UNSETTLED, stop_above=1e9)) == 24
+    assert len(time_kernel(Kernel(), [], UNSETTLED)) == 24
+
+
+def test_a_candidate_told_where_it_loses_is_timed_on_fewer_calls(tmp_path, graph):
+    cands = single_op(graph, "numpy_test")
+    relus = [k for k, c in enumerate(cands) if graph.nodes[c.sub_graph.first].op_type == "Relu"]
+    bounds = [0.0] * len(cands)
+    bounds[relus[0]] = None  # one of the two identical Relus needs precision: both get it
+    with estimator(tmp_path, [NUMPY], settings=UNSETTLED) as est:
+        est.estimate_bounded(cands, bounds)
+        runs = {r.signature.split()[0]: r.runs for r in est.cache.measurements()}
+    assert runs == {"MatMul": 5, "Sigmoid": 5, "Add": 5, "Relu": 24}
+
+
 def test_failed_candidates_are_out_of_the_search_not_unknown(tmp_path, graph):
     """A backend failing every Relu leaves those nodes to the other backend; with no other
     backend, the error names the op and the backend's reason."""

@@ -8,7 +8,7 @@ from test_search import cand, graph_of
 
 from collage_mlir import driver
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.search.prune import dominated, stages
+from collage_mlir.search.prune import LOSER_FACTOR, PROBE_OPS, dominated, stages, stop_above
 from collage_mlir.search.search import search
 
 
@@ -26,6 +26,18 @@ class PerOp(CostEstimator):
 
     def transition_cost(self, src_backend, dst_backend, nbytes):
         return 0.0
+
+
+class Bounded(PerOp):
+    """PerOp that also records the bounds `driver.measure` hands it with each batch."""
+
+    def __init__(self, per_op: dict[str, float]) -> None:
+        super().__init__(per_op)
+        self.bounds = []
+
+    def estimate_bounded(self, candidates, stop_above, progress=None):
+        self.bounds.append(list(stop_above))
+        return self.estimate(candidates, progress)
 
 
 def chain_candidates(backends=("fast", "slow")):
@@ -121,3 +133,46 @@ def test_a_region_measured_on_another_backend_prunes_the_same_nodes():
     costs, left = driver.measure(PerOp({"fast": 1.0, "slow": 4.0}), cands,
                                  graph=graph)
     assert sorted(left) == sorted(slow_pairs)
+
+
+def test_a_candidate_loses_beyond_twice_the_cheapest_cover_of_its_nodes_known():
+    graph, cands = chain_candidates()
+    est = PerOp({"fast": 1.0, "slow": 10.0})
+    single, whole, rest = stages(graph, cands)
+    assert stop_above(graph, cands, single, {}, None) == [None] * len(single)
+    known = dict(zip(single, est.estimate([cands[k] for k in single]), strict=True))
+    by = {(cands[k].backend, len(cands[k].sub_graph.nodes)): b
+          for k, b in zip(single + whole + rest,
+                          stop_above(graph, cands, single + whole + rest, known, None),
+                          strict=True)}
+    assert by[("slow", 1)] == LOSER_FACTOR * 1.0  # fast's single op
+    assert by[("fast", 1)] == LOSER_FACTOR * 10.0  # slow's, the only other cover
+    assert by[("slow", 2)] == LOSER_FACTOR * 2.0  # fast's two single ops
+    assert by[("fast", 2)] == LOSER_FACTOR * 2.0  # its own two single ops
+    assert by[("fast", 4)] is None and by[("slow", 4)] is None  # whole models: baselines
+    fast_pairs = [k for k in rest
+                  if cands[k].backend == "fast" and len(cands[k].sub_graph.nodes) == 2]
+    known.update(zip(fast_pairs, est.estimate([cands[k] for k in fast_pairs]), strict=True))
+    slow_pair = next(k for k in rest if cands[k].backend == "slow"
+                     and cands[k].inside == cands[fast_pairs[0]].inside)
+    assert stop_above(graph, cands, [slow_pair], known, None) == [LOSER_FACTOR * 1.6]
+
+
+def test_single_ops_are_ranked_on_a_probe_then_measured_fastest_backend_first():
+    """A 10-op chain, the slow backend ("heavy") listed and named first: PROBE_OPS ops on
+    both backends rank "quick" first; its other single ops get no bound (no other backend
+    ran those nodes), heavy's are bounded by quick's. Without pruning: one batch."""
+    graph, n = graph_of([[]] + [[k] for k in range(9)])
+    cands = [cand(graph, [n[k]], b) for b in ("heavy", "quick") for k in range(10)]
+    est = Bounded({"quick": 1.0, "heavy": 3.0})
+    driver.measure(est, cands, graph=graph)
+    probe, quick, heavy = est.batches[:3]
+    assert len(probe) == 2 * PROBE_OPS and {c.backend for c in probe} == {"heavy", "quick"}
+    assert {c.backend for c in quick} == {"quick"} and {c.backend for c in heavy} == {"heavy"}
+    assert len(quick) == len(heavy) == 10 - PROBE_OPS
+    assert est.bounds[0] == [None] * len(probe)
+    assert est.bounds[1] == [None] * len(quick)  # heavy never ran these nodes
+    assert est.bounds[2] == [LOSER_FACTOR * 1.0] * len(heavy)
+    est = Bounded({"quick": 1.0, "heavy": 3.0})
+    driver.measure(est, cands, graph=graph, prune=False)
+    assert len(est.batches[0]) == len(cands) and est.bounds[0] == [None] * len(cands)
