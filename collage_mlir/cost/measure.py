@@ -229,6 +229,8 @@ class MeasuringEstimator(CostEstimator):
         self._transition_timeout_s = transition_timeout_s
         self.stats = EstimateStats()
         self._seen = _Run()  # what earlier `estimate` calls of this run learnt
+        self._bounds: dict[int, float | None] = {}
+        """id(candidate) → `stop_above`, during an `estimate_bounded` call."""
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._transition_client: WorkerClient | None = None
         """One worker measures every pair of backends, reusing its compiled rings; it ends
@@ -367,15 +369,21 @@ class MeasuringEstimator(CostEstimator):
         memo = self._graphs.get(candidate.sub_graph.graph)
         return memo.reasons.get(_reason_key(candidate), "") if memo else ""
 
-    def estimate(self, candidates: Sequence[CandidatePartition],
-                 progress: Progress | None = None) -> list[float]:
-        return self.estimate_bounded(candidates, [None] * len(candidates), progress)
-
     def estimate_bounded(self, candidates: Sequence[CandidatePartition],
                          stop_above: Sequence[float | None],
                          progress: Progress | None = None) -> list[float]:
-        """Cached costs, the rest measured; a region's timing stops early beyond the
-        largest bound of the candidates it stands for (none if one of them has none)."""
+        """`estimate`, each region's timing stopping early beyond the largest bound of the
+        candidates it stands for (none if one of them has none). The bounds go through
+        `estimate` itself, so a subclass that wraps `estimate` keeps working."""
+        self._bounds = {id(c): b for c, b in zip(candidates, stop_above, strict=True)}
+        try:
+            return self.estimate(candidates, progress)
+        finally:
+            self._bounds = {}
+
+    def estimate(self, candidates: Sequence[CandidatePartition],
+                 progress: Progress | None = None) -> list[float]:
+        """Cached costs, the rest measured."""
         self._stop_transition_worker()
         total = len(candidates)
         costs = [math.nan] * total
@@ -399,7 +407,8 @@ class MeasuringEstimator(CostEstimator):
                                   method=self.settings.method)
             waiting.setdefault(key, []).append(i)
             rows[key] = (info, c.sub_graph, rk)
-        bounds = {key: _loosest(stop_above[i] for i in ks) for key, ks in waiting.items()}
+        bounds = {key: _loosest(self._bounds.get(id(candidates[i])) for i in ks)
+                  for key, ks in waiting.items()}
         self.stats = EstimateStats(candidates=total, regions=len(waiting))
 
         def settle(key: str, m: Measurement) -> None:

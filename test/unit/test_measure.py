@@ -351,10 +351,21 @@ def test_a_candidate_told_where_it_loses_is_timed_on_fewer_calls(tmp_path, graph
     relus = [k for k, c in enumerate(cands) if graph.nodes[c.sub_graph.first].op_type == "Relu"]
     bounds = [0.0] * len(cands)
     bounds[relus[0]] = None  # one of the two identical Relus needs precision: both get it
-    with estimator(tmp_path, [NUMPY], settings=UNSETTLED) as est:
+    wrapped = []
+
+    class Wrapping(MeasuringEstimator):
+        """A subclass that wraps `estimate` (as users do): the bounds go through it."""
+
+        def estimate(self, candidates, progress=None):
+            wrapped.append(len(candidates))
+            return super().estimate(candidates, progress)
+
+    with Wrapping([NUMPY], cache_path=tmp_path / "c.sqlite", reference=NUMPY,
+                  settings=UNSETTLED, timeout_s=20) as est:
         est.estimate_bounded(cands, bounds)
         runs = {r.signature.split()[0]: r.runs for r in est.cache.measurements()}
     assert runs == {"MatMul": 5, "Sigmoid": 5, "Add": 5, "Relu": 24}
+    assert wrapped == [len(cands)]
 
 
 def test_failed_candidates_are_out_of_the_search_not_unknown(tmp_path, graph):
