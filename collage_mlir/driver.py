@@ -49,7 +49,7 @@ from collage_mlir.runtime.report import (
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
-from collage_mlir.search.prune import by_backend, dominated, probe, stages, stop_above
+from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
 
@@ -270,14 +270,14 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
              ) -> Iterator[list[int]]:
     """Stage `n`'s candidates in the batches they are measured in, each batch chosen when
     the one before is measured: whole models in one (timed side by side); with pruning,
-    single ops first on a few nodes on every backend (`probe`), then one backend at a time,
-    fastest first (`by_backend`), so that the later ones are timed against the earlier
-    ones' costs; the rest one backend at a time."""
+    single ops first on a few nodes on every backend (`ranking_ops`), then one backend at
+    a time, fastest first (`by_backend`), so that the later ones are timed against the
+    earlier ones' costs; the rest one backend at a time."""
     if graph is None or n == 1 or (n == 0 and not prune):
         yield stage
         return
     if n == 0:
-        first = probe(graph, candidates, stage)
+        first = ranking_ops(graph, candidates, stage)
         if first:
             yield first
         stage = [k for k in stage if k not in set(first)]

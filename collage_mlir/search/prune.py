@@ -13,8 +13,10 @@ same nodes (so the same boundary). A region is not cheaper than half of its dear
 (fusion saves memory traffic around an op, not the op's own work), so such a candidate
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
-Candidates measured after a cover of their nodes is known are told where they lose
-(`stop_above`), so that a clear loser is timed on a few calls, not until its median settles.
+Single ops are measured on a few nodes on every backend first (`ranking_ops`), so that
+`by_backend` can rank the backends before their other single ops. Candidates measured after
+a cover of their nodes is known are told where they lose (`stop_above`), so that a clear
+loser is timed on a few calls, not until its median settles.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from collage_mlir.search.partitioning import TransitionCost
 FUSION_FLOOR = 0.5
 """A region on a backend costs at least this share of its dearest op alone there."""
 SUM_FLOOR = 0.0
-PROBE_OPS = 4
-"""Single ops measured on every backend first, to rank the backends (`probe`)."""
+RANKING_OPS = 4
+"""Single ops measured on every backend first, to rank the backends (`ranking_ops`)."""
 LOSER_FACTOR = 2.0
 """Beyond this multiple of a cover of the same nodes already known, a candidate's cost needs
 no more precision (`stop_above`): it stays a candidate (hand-offs may still favour it),
@@ -52,7 +54,7 @@ def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                ks: Sequence[int], known: Mapping[int, float]) -> list[list[int]]:
     """`ks` split per backend (order within kept), the fastest backend first by what
     `known` holds: its whole model, else its single ops on the nodes every backend has
-    measured alone (the `probe`); backends with neither last. The later ones are then
+    measured alone (`ranking_ops`); backends with neither last. The later ones are then
     pruned against the first one's measured regions and bounded by them (`stop_above`)."""
     whole = {candidates[k].backend: cost for k, cost in known.items()
              if candidates[k].inside == graph.op_bits and math.isfinite(cost)}
@@ -64,8 +66,8 @@ def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     return [groups[b] for b in order]
 
 
-def probe(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-          ks: Sequence[int], size: int = PROBE_OPS) -> list[int]:
+def ranking_ops(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                ks: Sequence[int], size: int = RANKING_OPS) -> list[int]:
     """Of the single-op candidates `ks`, those on up to `size` nodes (spread over the
     model's order) that every backend of `ks` can run alone: measured first, they rank the
     backends (`by_backend`) before their other single ops are measured."""

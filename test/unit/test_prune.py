@@ -8,7 +8,7 @@ from test_search import cand, graph_of
 
 from collage_mlir import driver
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.search.prune import LOSER_FACTOR, PROBE_OPS, dominated, stages, stop_above
+from collage_mlir.search.prune import LOSER_FACTOR, RANKING_OPS, dominated, stages, stop_above
 from collage_mlir.search.search import search
 
 
@@ -158,19 +158,19 @@ def test_a_candidate_loses_beyond_twice_the_cheapest_cover_of_its_nodes_known():
     assert stop_above(graph, cands, [slow_pair], known, None) == [LOSER_FACTOR * 1.6]
 
 
-def test_single_ops_are_ranked_on_a_probe_then_measured_fastest_backend_first():
-    """A 10-op chain, the slow backend ("heavy") listed and named first: PROBE_OPS ops on
+def test_single_ops_are_ranked_on_a_few_then_measured_fastest_backend_first():
+    """A 10-op chain, the slow backend ("heavy") listed and named first: RANKING_OPS ops on
     both backends rank "quick" first; its other single ops get no bound (no other backend
     ran those nodes), heavy's are bounded by quick's. Without pruning: one batch."""
     graph, n = graph_of([[]] + [[k] for k in range(9)])
     cands = [cand(graph, [n[k]], b) for b in ("heavy", "quick") for k in range(10)]
     est = Bounded({"quick": 1.0, "heavy": 3.0})
     driver.measure(est, cands, graph=graph)
-    probe, quick, heavy = est.batches[:3]
-    assert len(probe) == 2 * PROBE_OPS and {c.backend for c in probe} == {"heavy", "quick"}
+    ranking, quick, heavy = est.batches[:3]
+    assert len(ranking) == 2 * RANKING_OPS and {c.backend for c in ranking} == {"heavy", "quick"}
     assert {c.backend for c in quick} == {"quick"} and {c.backend for c in heavy} == {"heavy"}
-    assert len(quick) == len(heavy) == 10 - PROBE_OPS
-    assert est.bounds[0] == [None] * len(probe)
+    assert len(quick) == len(heavy) == 10 - RANKING_OPS
+    assert est.bounds[0] == [None] * len(ranking)
     assert est.bounds[1] == [None] * len(quick)  # heavy never ran these nodes
     assert est.bounds[2] == [LOSER_FACTOR * 1.0] * len(heavy)
     est = Bounded({"quick": 1.0, "heavy": 3.0})
