@@ -477,7 +477,9 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
         with _timed(timings, "refine"):
             better, refinement = refine(result, refine_base, candidates, probed.costs,
                                         estimator.transition_cost, options.refine_budget_s,
-                                        report_rows, estimator)
+                                        report_rows, estimator, [
+                                            (b.name, b.partitioning) for b in notes.baselines
+                                            if b.partitioning is not None])
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,

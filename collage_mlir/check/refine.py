@@ -18,6 +18,11 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
   OpenVINO: its 4-region cover ran 5% faster than the whole model, side by side), and the
   check only times whole models.
+- **baseline**: the cheapest greedy baseline (`search.greedy`: what a user gets without
+  Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with onnxruntime for the
+  rest) whose regions differ from the incumbent's, when the caller hands them over. The check
+  times whole models only; where a backend cannot run the whole model, its greedy partition
+  is the single-backend deployment the mix must beat (the RFC's "apparent loss").
 
 An island's remainder parts are the only regions of a neighbour no measuring worker has
 compiled and run; given the estimator, they are measured first, in its isolated workers, so
@@ -68,6 +73,9 @@ DEFAULT_BUDGET_S = 5.0
 MAX_NEIGHBOURS = 6
 LEAK_BYTES = 64 << 20
 """A second run of the incumbent growing the process by more than this stops refinement."""
+MAX_BASELINES = 1
+"""Greedy baselines tried at most (the cheapest by estimate that differs from the pick)."""
+BASELINE = "baseline"
 MAX_ISLANDS = 4
 """Island neighbours at most (each compiles most of the model again on its backend)."""
 MAX_SPLITS = 2
@@ -140,7 +148,31 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
             break
     out += _islands(pick, by_nodes, transition)
     out += _splits(pick, candidates, costs, transition)
-    return sorted(out, key=lambda t: (not t[0].startswith(SPLIT), t[1].total_cost, t[0]))
+    return sorted(out, key=_order)
+
+
+def _order(t: tuple[str, Partitioning]) -> tuple[int, float, str]:
+    """Splits first, then baselines, then the rest; cheapest estimate first within each."""
+    what, p = t
+    return (0 if what.startswith(SPLIT) else 1 if what.startswith(BASELINE) else 2,
+            p.total_cost, what)
+
+
+def baseline_neighbours(pick: Partitioning,
+                        baselines: Sequence[tuple[str, Partitioning]]
+                        ) -> list[tuple[str, Partitioning]]:
+    """Of `baselines` (name, partitioning with the same node numbers as `pick`'s graph),
+    the MAX_BASELINES cheapest with a finite estimate whose regions differ from `pick`'s,
+    over `pick`'s graph."""
+    def regions(p: Partitioning) -> set[tuple[str, int]]:
+        return {(ch.candidate.backend, ch.candidate.inside) for ch in p.choices}
+
+    own = regions(pick)
+    rivals = sorted(((name, p) for name, p in baselines
+                     if math.isfinite(p.total_cost) and regions(p) != own),
+                    key=lambda t: (t[1].total_cost, t[0]))
+    return [(f"{BASELINE} {name}", _rebased(p, pick.graph))
+            for name, p in rivals[:MAX_BASELINES]]
 
 
 def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
@@ -208,12 +240,14 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
 def refine(incumbent: PartitionedModel, pristine: ir.Module,
            candidates: Sequence[CandidatePartition], costs: Sequence[float],
            transition: TransitionCost | None, budget_s: float, rows: Rows,
-           estimator: CostEstimator | None = None
+           estimator: CostEstimator | None = None,
+           baselines: Sequence[tuple[str, Partitioning]] = ()
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried. With
     `estimator`, island remainders are measured before they are built (module docstring);
-    without, they are built unmeasured."""
+    without, they are built unmeasured. `baselines`: the greedy baselines (name,
+    partitioning), tried as neighbours (`baseline_neighbours`)."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or budget_s <= 0:
@@ -233,7 +267,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                                    f"{grown >> 20} MiB (a kernel that leaks?)"))
         return None, record
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
-    for what, nb in neighbours(pick, candidates, costs, transition)[:MAX_NEIGHBOURS]:
+    tried = sorted(neighbours(pick, candidates, costs, transition)
+                   + baseline_neighbours(pick, baselines), key=_order)
+    for what, nb in tried[:MAX_NEIGHBOURS]:
         if time.perf_counter() - start > budget_s / 2:
             break
         if estimator is not None:

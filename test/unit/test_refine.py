@@ -26,6 +26,7 @@ from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import clone_module
 from collage_mlir.runtime.report import SCHEMA_PATH
+from collage_mlir.search.partitioning import Choice, Partitioning, evaluate
 from collage_mlir.search.search import search
 from collage_mlir.tensors import model_inputs
 
@@ -327,3 +328,38 @@ def test_a_winner_the_second_timing_does_not_confirm_is_not_kept(doubles, monkey
     assert calls[1] == sorted([refine_mod.INCUMBENT, first])  # the winner, alone
     assert next(t.why for t in record.trials if t.what == first) == (
         "faster, but not in a second timing")
+
+
+def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(doubles,
+                                                                              monkeypatch):
+    """Baselines handed over as (name, partitioning): one the same as the pick and one with
+    an unknown cost are not tried; of the others the cheapest is, and kept when it times
+    faster beyond the noise (as where a backend cannot run the whole model and its greedy
+    partition beats the mix)."""
+    pristine, incumbent, cands, costs = chain_pick()
+    pick = live(pristine, incumbent)
+    graph = pick.graph
+    first, second, last = (n.index for n in graph.op_nodes())
+
+    def plan(*parts):
+        regions = [CandidatePartition(SubGraph(graph, bits), NUMPY, "greedy")
+                   for bits, _ in parts]
+        total, moved = evaluate(graph, regions, [cost for _, cost in parts], None)
+        return Partitioning(graph, tuple(Choice(r, cost) for r, (_, cost)
+                                         in zip(regions, parts, strict=True)), total, moved)
+
+    pair = 1 << first | 1 << second
+    given = [("partition_for_same", pick),
+             ("partition_for_unknown", plan((pair, math.nan), (1 << last, 1e-3))),
+             ("partition_for_dear", plan((pair, 5e-3), (1 << last, 1e-3))),
+             ("partition_for_joined", plan((pair, 2.4e-3), (1 << last, 1e-3)))]
+    found = refine_mod.baseline_neighbours(pick, given)
+    assert [w for w, _ in found] == ["baseline partition_for_joined"]
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n.startswith("baseline") else 2e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows, baselines=given)
+    assert [t.what for t in record.trials if t.kept] == ["baseline partition_for_joined"]
+    assert better is not None and len(better.plan.steps) == 2
+    x = model_inputs(pristine)
+    np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
