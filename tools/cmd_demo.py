@@ -6,12 +6,15 @@ end-to-end check ran (and why not); then the latency of the mix and of each back
 the whole model, timed side by side. A second, independent instance of the fastest backend
 alone is timed with them as a control: how far two identical contenders land apart is this
 run's noise, printed beside every ratio, and a difference within it is called a tie.
+The bundled example runs with seeded random weights in place of its splat stand-ins
+(`example_model`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from collage_mlir.runtime.model import PartitionedModel
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "alexnet.onnx"
+EXAMPLES_DIR = "~/.cache/collage_mlir/examples"
+"""Where the bundled example with random weights is written (once; ~240 MB)."""
 CONTROL_SUFFIX = " #2 (control)"
 """Appended to a backend's contender name for its second instance."""
 HEARTBEAT_S = 30.0
@@ -83,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from collage_mlir.tools import cmd_partition
 
     say(f"model: {args.model}")
+    args.model = example_model(args.model)
     used, skipped = choose_backends(backend_names(args))
     say(backends_line(used, skipped))
     say("partitioning: import, annotate, measure (or read the cache; a minute or two when "
@@ -108,6 +114,32 @@ def run(args: argparse.Namespace) -> int:
     for line in latency_lines(timings, [f"{n} alone" for n in singles], control):
         say(line)
     return 0
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+def example_model(model: str, where: str | Path = EXAMPLES_DIR) -> str:
+    """`model`, unless it is the bundled example: then a copy with seeded random weights in
+    place of its splat ones (`collage_mlir.weights`), written once under `where`. A splat
+    weight makes the demo's numbers an artifact (IREE folds alexnet's Gemms with it)."""
+    import onnx
+
+    from collage_mlir.paths import user_path
+    from collage_mlir.weights import with_random_weights
+
+    if Path(model).resolve() != EXAMPLE:
+        return model
+    path = user_path(where) / f"{EXAMPLE.stem}.random-weights.onnx"
+    if not path.exists():
+        say("weights: the bundled example holds splat stand-ins (ConstantOfShape); making "
+            "seeded random, well-scaled ones once ...")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(f".{os.getpid()}.part")
+        onnx.save(with_random_weights(onnx.load(EXAMPLE)), part)
+        os.replace(part, path)
+    say(f"weights: seeded random in place of the example's splat ones ({path})")
+    return str(path)
 
 
 # -- backends ---------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
   OpenVINO: its 4-region cover ran 5% faster than the whole model, side by side), and the
   check only times whole models.
-- **baseline**: the cheapest greedy baseline (`search.greedy`: what a user gets without
-  Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with onnxruntime for the
-  rest) whose regions differ from the incumbent's, when the caller hands them over. The check
+- **baseline**: the cheapest greedy baseline of several regions (`search.greedy`: what a
+  user gets without Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with
+  onnxruntime for the rest) whose regions differ from the incumbent's, when the caller hands
+  them over. The check
   times whole models only; where a backend cannot run the whole model, its greedy partition
   is the single-backend deployment the mix must beat (the RFC's "apparent loss").
 
@@ -162,14 +163,16 @@ def baseline_neighbours(pick: Partitioning,
                         baselines: Sequence[tuple[str, Partitioning]]
                         ) -> list[tuple[str, Partitioning]]:
     """Of `baselines` (name, partitioning with the same node numbers as `pick`'s graph),
-    the MAX_BASELINES cheapest with a finite estimate whose regions differ from `pick`'s,
-    over `pick`'s graph."""
+    the MAX_BASELINES cheapest with several regions (one region is a whole model: the
+    check's) and a finite estimate whose regions differ from `pick`'s, over `pick`'s
+    graph."""
     def regions(p: Partitioning) -> set[tuple[str, int]]:
         return {(ch.candidate.backend, ch.candidate.inside) for ch in p.choices}
 
     own = regions(pick)
     rivals = sorted(((name, p) for name, p in baselines
-                     if math.isfinite(p.total_cost) and regions(p) != own),
+                     if len(p.choices) > 1 and math.isfinite(p.total_cost)
+                     and regions(p) != own),
                     key=lambda t: (t[1].total_cost, t[0]))
     return [(f"{BASELINE} {name}", _rebased(p, pick.graph))
             for name, p in rivals[:MAX_BASELINES]]

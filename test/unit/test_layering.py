@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"errors", "paths", "progress", "context"},
     {"dialects"},
     {"graph"},
-    {"candidate", "tensors", "static_shapes", "export"},
+    {"candidate", "tensors", "static_shapes", "export", "weights"},
     {"importer"},
     {"rules"},
     {"backends"},

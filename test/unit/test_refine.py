@@ -332,8 +332,9 @@ def test_a_winner_the_second_timing_does_not_confirm_is_not_kept(doubles, monkey
 
 def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(doubles,
                                                                               monkeypatch):
-    """Baselines handed over as (name, partitioning): one the same as the pick and one with
-    an unknown cost are not tried; of the others the cheapest is, and kept when it times
+    """Baselines handed over as (name, partitioning): one the same as the pick, a whole
+    model (the check's) and one with an unknown cost are not tried; of the others the
+    cheapest is, and kept when it times
     faster beyond the noise (as where a backend cannot run the whole model and its greedy
     partition beats the mix)."""
     pristine, incumbent, cands, costs = chain_pick()
@@ -349,7 +350,7 @@ def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(do
                                          in zip(regions, parts, strict=True)), total, moved)
 
     pair = 1 << first | 1 << second
-    given = [("partition_for_same", pick),
+    given = [("partition_for_same", pick), ("partition_for_whole", plan((graph.op_bits, 1e-4))),
              ("partition_for_unknown", plan((pair, math.nan), (1 << last, 1e-3))),
              ("partition_for_dear", plan((pair, 5e-3), (1 << last, 1e-3))),
              ("partition_for_joined", plan((pair, 2.4e-3), (1 << last, 1e-3)))]
