@@ -280,7 +280,8 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
         first = ranking_ops(graph, candidates, stage)
         if first:
             yield first
-        stage = [k for k in stage if k not in set(first)]
+        ranked = set(first)
+        stage = [k for k in stage if k not in ranked]
     yield from by_backend(graph, candidates, stage, known())
 
 
