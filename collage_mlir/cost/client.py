@@ -65,6 +65,9 @@ class WorkerConfig:
     environ: Mapping[str, str | None] = field(default_factory=dict)
     """Changes to the worker's environment over this process's: a value to set, or None to
     drop the variable (a Ray task drops Ray's OMP_NUM_THREADS=1)."""
+    reference_dir: str | None = None
+    """Where the run's workers share reference outputs (`cost/references.py`); None: each
+    computes its own."""
 
 
 Result = dict[str, Any]
@@ -119,7 +122,8 @@ class WorkerClient:
         for pump in self._pumps:
             pump.start()
         self._send(cmd="init", backend=self.config.backend, reference=self.config.reference,
-                   settings=self.config.settings, memory_limit=self.config.memory_limit_bytes)
+                   settings=self.config.settings, memory_limit=self.config.memory_limit_bytes,
+                   reference_dir=self.config.reference_dir)
         msg = self._next(self.config.start_timeout_s)
         if msg is None or msg.get("event") != "ready":
             why = msg.get("error") if msg else self._death("starting")

@@ -338,14 +338,31 @@ class MeasuringEstimator(CostEstimator):
 
     def _write_store(self, graph: DataflowGraph) -> WeightStore | None:
         try:
-            if self._scratch is None:
-                self._scratch = tempfile.TemporaryDirectory(prefix="collage-weights-")
-            directory = Path(self._scratch.name) / str(self._stores_written)
+            directory = self._scratch_dir() / str(self._stores_written)
             self._stores_written += 1
             return WeightStore.write(graph.func_op.parent, directory)
         except OSError as e:
             log.warning("cannot write a weight store (%s); regions carry their weights", e)
             return None
+
+    def _scratch_dir(self) -> Path:
+        """This estimator's temporary directory (weight stores, shared reference outputs),
+        removed at `close`."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="collage-scratch-")
+        return Path(self._scratch.name)
+
+    def _reference_dir(self) -> str | None:
+        """Where this machine's workers share reference outputs (`cost/references.py`);
+        None without a reference or where no directory can be made."""
+        if self.reference is None:
+            return None
+        try:
+            directory = self._scratch_dir() / "references"
+            directory.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return str(directory)
 
     def region_text(self, sub_graph: SubGraph) -> str:
         """The extracted region as the worker parses it: large weights stay in the graph's
@@ -654,7 +671,8 @@ class MeasuringEstimator(CostEstimator):
             store = self._store(sub_graph.graph)
             if store is not None and str(store.path) not in stores:
                 stores[str(store.path)] = store_token(store.path)
-        return Group(info.name, self._worker_config(info), info.batch, items, stores)
+        config = dataclasses.replace(self._worker_config(info), reference_dir=None)
+        return Group(info.name, config, info.batch, items, stores)
 
     def _measurement(self, info: BackendInfo, key: str, rk: RegionKey, result: dict[str, Any],
                      before: Measurement | None, load: float, host: str | None = None
@@ -699,7 +717,8 @@ class MeasuringEstimator(CostEstimator):
                             settings=settings_dict(self.settings),
                             sys_path=tuple(dict.fromkeys(paths)), timeout_s=self.timeout_s,
                             batch_size=self.batch_size,
-                            memory_limit_bytes=self.worker_memory_bytes)
+                            memory_limit_bytes=self.worker_memory_bytes,
+                            reference_dir=self._reference_dir())
 
     # -- transitions --------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ a fresh worker for the rest); in process it would cost the run.
 Protocol: JSON lines. The parent writes commands on stdin; the worker answers on a private
 copy of the original stdout (fd 1 itself is pointed at stderr, so a backend that prints
 cannot corrupt the channel). Commands:
-- `{"cmd": "init", "backend": spec, "reference": spec|null, "settings": {...}}` →
+- `{"cmd": "init", "backend": spec, "reference": spec|null, "settings": {...},
+  "reference_dir": path|null}` (where the run's workers share reference outputs,
+  `cost/references.py`) →
   `{"event": "ready", "name", "version", "options", "reference_error"}`
 - `{"cmd": "measure", "items": [{"id", "text", "stop_above"?}], "batch": bool}` → per batch
   `{"event": "compiling", "ids"}`; per item `{"event": "start", "id"}` then
@@ -38,6 +40,7 @@ from typing import IO, Any
 import numpy as np
 
 from collage_mlir.cost.protocol import SYS_PATH_ENV, MeasureSettings, load_backend
+from collage_mlir.cost.references import Outputs, ReferenceOutputs, text_digest
 from collage_mlir.cost.timing import summarize, time_kernel
 from collage_mlir.cost.transition import Rings, measure_points
 from collage_mlir.dialects.func import find_function
@@ -93,6 +96,10 @@ class Worker:
         self.watchdog = watchdog
         self.backend: Any = None
         self.reference: Any = None
+        self.references = ReferenceOutputs(None)
+        self.is_reference = False
+        """Whether this worker's backend is the reference, as configured: its kernels'
+        outputs are the reference outputs."""
         self.settings = MeasureSettings()
         self.retiring = False
         self.spec_key = ""
@@ -109,6 +116,8 @@ class Worker:
             self.watchdog.limit_bytes = int(msg.get("memory_limit") or 0)
         self.backend = load_backend(msg["backend"])
         self.spec_key = json.dumps(msg["backend"], sort_keys=True)
+        self.references = ReferenceOutputs(msg.get("reference_dir"))
+        self.is_reference = msg.get("reference") == msg["backend"]
         reference_error = None
         if msg.get("reference"):
             try:
@@ -123,6 +132,9 @@ class Worker:
         (its parse counts against its own timeout, not the first item's); a batch is
         parsed and compiled together after `compiling`."""
         items = msg["items"]
+        if self.references.directory is not None:
+            for item in items:
+                item["digest"] = text_digest(item["text"])
         if msg.get("batch") and len(items) > 1:
             self.send(event="compiling", ids=[i["id"] for i in items])
             modules = [_parse(item) for item in items]
@@ -134,12 +146,13 @@ class Worker:
             kernels = [m if isinstance(m, Exception) else next(compiled) for m in modules]
             for item, module, kernel in zip(items, modules, kernels, strict=True):
                 if not self._answer(item, lambda m=module, k=kernel, i=item:
-                                    self.measure_one(m, k, i.get("stop_above"))):
+                                    self.measure_one(m, k, i.get("stop_above"),
+                                                     i.get("digest"))):
                     return
         else:
             for item in items:
                 if not self._answer(item, lambda i=item: self.measure_one(
-                        _parse(i), None, i.get("stop_above"))):
+                        _parse(i), None, i.get("stop_above"), i.get("digest"))):
                     return
         self.send(event="done")
 
@@ -155,11 +168,12 @@ class Worker:
             return False
         return True
 
-    def measure_one(self, module: Any, kernel: Any,
-                    stop_above: float | None = None) -> dict[str, Any]:
+    def measure_one(self, module: Any, kernel: Any, stop_above: float | None = None,
+                    digest: str | None = None) -> dict[str, Any]:
         """Compile (unless batch-compiled), check against the reference on CHECKED_CALLS
         calls with different inputs (a kernel right on its first call only is wrong), time
-        (`time_kernel`, stopping early above `stop_above`). Never raises."""
+        (`time_kernel`, stopping early above `stop_above`). `digest` names the region's
+        shared reference outputs. Never raises."""
         if isinstance(module, Exception):
             return {"status": "error", "error": f"region does not parse: {module}"}
         try:
@@ -178,7 +192,9 @@ class Worker:
             outputs = [[np.array(o, copy=True) for o in kernel.run(x)] for x in input_sets]
         except Exception as e:
             return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
-        note, wrong = self._check(module, input_sets, outputs)
+        if self.is_reference:
+            self.references.put(digest, outputs)
+        note, wrong = self._check(module, input_sets, outputs, digest)
         if wrong:
             return {"status": "invalid", "error": wrong}
         try:
@@ -188,28 +204,43 @@ class Worker:
         return {"status": "ok", "error": note, **summarize(times)}
 
     def _check(self, module: Any, input_sets: list[list[np.ndarray]],
-               outputs: list[list[np.ndarray]]) -> tuple[str, str | None]:
+               outputs: list[list[np.ndarray]], digest: str | None = None
+               ) -> tuple[str, str | None]:
         """(note, why the outputs are wrong or None): each call's outputs against the
-        reference backend's on the same inputs; unchecked (with a note) without one."""
-        reference = self._reference_kernel(module)
-        if isinstance(reference, str):
-            return f"unchecked: {reference}", None
-        for k, (inputs, got) in enumerate(zip(input_sets, outputs, strict=True)):
-            try:
-                want = [np.array(o) for o in reference.run(inputs)]
-            except Exception as e:
-                return f"unchecked: reference failed: {_one_line(e)}", None
+        reference backend's on the same inputs (shared ones under `digest` when another
+        worker left them); unchecked (with a note) without a reference."""
+        wants = self._reference_outputs(module, input_sets, digest)
+        if isinstance(wants, str):
+            return f"unchecked: {wants}", None
+        for k, (got, want) in enumerate(zip(outputs, wants, strict=True)):
             wrong = compare(got, want, self.settings)
             if wrong:
                 return "", wrong if k == 0 else f"{wrong} (call {k + 1}, on other inputs)"
         return "", None
 
-    def _reference_kernel(self, module: Any) -> Any:
-        """The reference backend's kernel for `module`, or a string saying why there is none."""
+    def _reference_outputs(self, module: Any, input_sets: list[list[np.ndarray]],
+                           digest: str | None) -> Outputs | str:
+        """The reference's outputs for each input set, or a string saying why there are
+        none: shared ones if a worker left them, else computed here and left for others."""
         if self.reference is None:
             return "no reference backend"
         if self.reference.name == self.backend.name:
             return "this backend is the reference"
+        wants = self.references.get(digest, len(input_sets))
+        if wants is not None:
+            return wants
+        reference = self._reference_kernel(module)
+        if isinstance(reference, str):
+            return reference
+        try:
+            wants = [[np.array(o) for o in reference.run(x)] for x in input_sets]
+        except Exception as e:
+            return f"reference failed: {_one_line(e)}"
+        self.references.put(digest, wants)
+        return wants
+
+    def _reference_kernel(self, module: Any) -> Any:
+        """The reference backend's kernel for `module`, or a string saying why there is none."""
         try:
             return self.reference.compile(module)
         except Exception as e:

@@ -815,3 +815,117 @@ def test_a_standing_cached_timeout_skips_its_op_type_without_a_new_hang(tmp_path
             if has_relu and len(c.sub_graph) > 1:
                 assert est.reason(c) == ("error: skipped: fault hung on Relu in earlier runs "
                                          "(cached timeout)")
+
+
+# -- reference outputs shared between workers ------------------------------------------
+
+
+class _Events:
+    """A worker's channel that keeps its results by id."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, dict] = {}
+
+    def write(self, line: str) -> None:
+        import json
+
+        msg = json.loads(line)
+        if msg["event"] == "result":
+            self.results[msg["id"]] = msg
+
+    def flush(self) -> None:
+        pass
+
+
+def _worker(backend: dict, reference_dir) -> tuple:
+    from collage_mlir.cost.protocol import settings_dict
+    from collage_mlir.cost.worker import Worker
+
+    channel = _Events()
+    worker = Worker(channel)
+    worker.init({"backend": backend, "reference": {"target": NUMPY},
+                 "settings": settings_dict(FAST), "reference_dir": str(reference_dir)})
+    return worker, channel
+
+
+def _compiles(worker) -> list:
+    """Counts the reference backend's compiles in `worker`."""
+    calls: list = []
+    compile_ = worker.reference.compile
+    worker.reference.compile = lambda module: calls.append(1) or compile_(module)
+    return calls
+
+
+def test_workers_share_the_reference_outputs_and_still_catch_a_wrong_kernel(tmp_path, graph):
+    from collage_mlir.cost.key import module_text
+
+    texts = [module_text(c.sub_graph.extract("r")) for c in single_op(graph, "numpy_test")]
+    items = lambda: [{"id": str(k), "text": t} for k, t in enumerate(texts)]  # noqa: E731
+    types = [graph.nodes[c.sub_graph.first].op_type for c in single_op(graph, "numpy_test")]
+    wrong = {"target": FAULT, "options": {"mode": "wrong", "on": "Relu"}}
+
+    alone, channel = _worker(wrong, tmp_path / "none")  # no such directory: no sharing
+    computed = _compiles(alone)
+    alone.measure({"items": items()})
+    assert len(computed) == len(texts)
+    assert not (tmp_path / "none").exists()
+    verdicts = [channel.results[str(k)]["status"] for k in range(len(texts))]
+
+    shared = tmp_path / "refs"
+    shared.mkdir()
+    reference, _ = _worker({"target": NUMPY}, shared)  # the reference's own worker
+    assert reference.is_reference
+    reference.measure({"items": items()})
+    assert len(list(shared.glob("*.npz"))) == len(set(texts))
+
+    other, channel = _worker(wrong, shared)
+    compiled = _compiles(other)
+    other.measure({"items": items()})
+    assert compiled == []  # every reference output came from the shared directory
+    got = [channel.results[str(k)]["status"] for k in range(len(texts))]
+    assert got == verdicts == [INVALID if t == "Relu" else OK for t in types]
+    assert all("wrong numbers" in channel.results[str(k)]["error"]
+               for k, t in enumerate(types) if t == "Relu")
+
+
+def test_a_worker_that_computes_the_reference_leaves_it_for_the_others(tmp_path, graph):
+    from collage_mlir.cost.key import module_text
+
+    text = module_text(single_op(graph, "numpy_test")[0].sub_graph.extract("r"))
+    first, _ = _worker({"target": FAULT, "options": {"mode": "none"}}, tmp_path)
+    assert not first.is_reference
+    first.measure({"items": [{"id": "0", "text": text}]})
+    second, channel = _worker({"target": FAULT, "options": {"mode": "none"}}, tmp_path)
+    compiled = _compiles(second)
+    second.measure({"items": [{"id": "0", "text": text}]})
+    assert compiled == [] and channel.results["0"]["status"] == OK
+
+
+def test_reference_outputs_round_trip_and_refuse_what_they_cannot_hold(tmp_path, monkeypatch):
+    from collage_mlir.cost import references
+    from collage_mlir.cost.references import ReferenceOutputs, text_digest
+
+    store = ReferenceOutputs(tmp_path)
+    outs = [[np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False])],
+            [np.ones((2, 3), np.float32), np.array([False, False])]]
+    key = text_digest("region a")
+    assert store.get(key, 2) is None
+    store.put(key, outs)
+    got = store.get(key, 2)
+    assert [[a.tolist() for a in call] for call in got] == [[a.tolist() for a in call]
+                                                           for call in outs]
+    assert got[0][1].dtype == np.bool_
+    assert store.get(key, 3) is None  # another number of checked calls
+    assert store.get(text_digest("region b"), 2) is None
+    (tmp_path / f"{text_digest('torn')}.npz").write_bytes(b"not a zip")
+    assert store.get(text_digest("torn"), 2) is None  # unreadable: computed again
+    big = np.zeros(references.MAX_BYTES // 4 + 1, np.float32)
+    store.put(text_digest("big"), [[big]])
+    store.put(text_digest("objects"), [[np.array(["a", None], dtype=object)]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{text_digest(n)}.npz" for n in ("region a", "torn"))
+    monkeypatch.setattr(references, "TOTAL_BYTES", (tmp_path / f"{key}.npz").stat().st_size)
+    store.put(text_digest("region c"), outs)  # the directory is full
+    assert store.get(text_digest("region c"), 2) is None
+    ReferenceOutputs(None).put(key, outs)  # sharing off: nothing happens
+    assert ReferenceOutputs(None).get(key, 2) is None
