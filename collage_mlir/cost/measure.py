@@ -68,6 +68,7 @@ from collage_mlir.cost.protocol import (
 )
 from collage_mlir.cost.remote import Group, Outcome, RemoteExecutor, RemoteItem, store_token
 from collage_mlir.cost.remote import machine_load as machine_load
+from collage_mlir.cost.timing import CUT_SHORT
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import WeightStore, portable_text, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
@@ -444,7 +445,7 @@ class MeasuringEstimator(CostEstimator):
         run = _Run(self._seen.cleared, {b: dict(h) for b, h in self._seen.hung.items()})
         timed_out: list[Measurement] = []
         for key, m in self.cache.get_many(waiting).items():
-            if self._is_hit(m):
+            if self._is_hit(m, bounds[key]):
                 self.stats.hits += 1
                 if m.status == TIMEOUT:
                     timed_out.append(m)
@@ -497,7 +498,7 @@ class MeasuringEstimator(CostEstimator):
         while pending:
             done = set()
             for key, m in self.cache.get_many(pending).items():
-                if m.created >= started or self._is_hit(m):
+                if m.created >= started or self._is_hit(m, bounds.get(key)):
                     self.stats.shared += 1
                     settle(key, m)
                     done.add(key)
@@ -517,13 +518,17 @@ class MeasuringEstimator(CostEstimator):
             if pending and not mine:
                 self._sleep(CLAIM_POLL_S)
 
-    def _is_hit(self, m: Measurement) -> bool:
-        """Whether a cached row stands for this run: not an error, not marked stale, and not
-        a timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout)."""
+    def _is_hit(self, m: Measurement, bound: float | None = None) -> bool:
+        """Whether a cached row stands for this run: not an error, not marked stale, not a
+        timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout), and
+        not a timing that an earlier run cut short at its `stop_above` where this run needs
+        the precision (`bound`: this run's; none, or one above the row's median)."""
         if m.status == ERROR or m.stale:
             return False
         if m.status == TIMEOUT:
             return not TIMEOUT_RETRY.due(m.timeout_s, m.attempts, m.created, self.timeout_s)
+        if m.status == OK and CUT_SHORT in m.error:
+            return bound is not None and m.median > bound
         return True
 
     def _measure_backend(self, info: BackendInfo, keys: list[str],

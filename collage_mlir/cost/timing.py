@@ -47,6 +47,19 @@ def time_kernel(kernel: Any, inputs: Sequence[np.ndarray], s: MeasureSettings,
     return times
 
 
+CUT_SHORT = "timing cut short above its bound"
+"""The note on a row whose timing stopped at `stop_above` (`stopped_at_bound`): a later run
+that needs its precision measures it again."""
+
+
+def stopped_at_bound(times: Sequence[float], s: MeasureSettings,
+                     stop_above: float | None) -> bool:
+    """Whether `time_kernel` stopped at `stop_above` (the bound is checked first after each
+    call, so it stopped there exactly when the condition holds for all of `times`)."""
+    return (stop_above is not None and len(times) >= s.min_runs_on_budget
+            and statistics.median(times) > stop_above)
+
+
 @functools.lru_cache(maxsize=1)
 def _sweep_buffer(nbytes: int) -> np.ndarray:
     return np.ones(max(nbytes // 4, 1), np.float32)

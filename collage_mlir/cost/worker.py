@@ -41,7 +41,7 @@ import numpy as np
 
 from collage_mlir.cost.protocol import SYS_PATH_ENV, MeasureSettings, load_backend
 from collage_mlir.cost.references import Outputs, ReferenceOutputs, text_digest
-from collage_mlir.cost.timing import summarize, time_kernel
+from collage_mlir.cost.timing import CUT_SHORT, stopped_at_bound, summarize, time_kernel
 from collage_mlir.cost.transition import Rings, measure_points
 from collage_mlir.dialects.func import find_function
 from collage_mlir.tensors import compare, make_inputs
@@ -201,6 +201,8 @@ class Worker:
             times = time_kernel(kernel, input_sets[0], self.settings, stop_above)
         except Exception as e:
             return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
+        if stopped_at_bound(times, self.settings, stop_above):
+            note = "; ".join(filter(None, [note, CUT_SHORT]))
         return {"status": "ok", "error": note, **summarize(times)}
 
     def _check(self, module: Any, input_sets: list[list[np.ndarray]],

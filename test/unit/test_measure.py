@@ -335,15 +335,16 @@ UNSETTLED = MeasureSettings(warmup=0, min_runs=20, max_runs=24, budget_s=100.0,
 
 
 def test_timing_stops_after_a_few_calls_above_its_bound():
-    from collage_mlir.cost.timing import time_kernel
+    from collage_mlir.cost.timing import stopped_at_bound, time_kernel
 
     class Kernel:
         def run(self, inputs):
             return inputs
 
-    assert len(time_kernel(Kernel(), [], UNSETTLED, stop_above=0.0)) == 5
-    assert len(time_kernel(Kernel(), [], UNSETTLED, stop_above=1e9)) == 24
-    assert len(time_kernel(Kernel(), [], UNSETTLED)) == 24
+    for bound, calls in [(0.0, 5), (1e9, 24), (None, 24)]:
+        times = time_kernel(Kernel(), [], UNSETTLED, stop_above=bound)
+        assert len(times) == calls
+        assert stopped_at_bound(times, UNSETTLED, bound) == (calls == 5)
 
 
 def test_a_candidate_told_where_it_loses_is_timed_on_fewer_calls(tmp_path, graph):
@@ -366,6 +367,35 @@ def test_a_candidate_told_where_it_loses_is_timed_on_fewer_calls(tmp_path, graph
         runs = {r.signature.split()[0]: r.runs for r in est.cache.measurements()}
     assert runs == {"MatMul": 5, "Sigmoid": 5, "Add": 5, "Relu": 24}
     assert wrapped == [len(cands)]
+
+
+def test_a_timing_cut_short_is_measured_again_where_precision_is_needed(tmp_path, graph):
+    from collage_mlir.cost.timing import CUT_SHORT
+
+    cands = single_op(graph, "numpy_test")
+    regions = len({c.sub_graph.graph.nodes[c.sub_graph.first].op_type for c in cands})
+
+    def runs(est) -> list[int]:
+        return sorted(r.runs for r in est.cache.measurements())
+
+    with estimator(tmp_path, [NUMPY], settings=UNSETTLED) as est:
+        est.estimate_bounded(cands, [0.0] * len(cands))  # every one a clear loser
+        assert runs(est) == [5] * regions
+        assert all(r.error.endswith(CUT_SHORT) for r in est.cache.measurements())
+        est.estimate_bounded(cands, [0.0] * len(cands))  # still losers: the rows stand
+        assert est.stats.measured == 0 and est.stats.hits == regions
+        est.estimate_bounded(cands, [1e9] * len(cands))  # within their bounds now
+        assert est.stats.measured == regions and runs(est) == [24] * regions
+        assert not any(CUT_SHORT in r.error for r in est.cache.measurements())
+    with estimator(tmp_path, [NUMPY], settings=UNSETTLED) as est:
+        est.estimate_bounded(cands, [1e9] * len(cands))  # precise rows stand for any bound
+        est.estimate(cands)
+        assert est.stats.measured == 0 and runs(est) == [24] * regions
+    (tmp_path / "c.sqlite").unlink()
+    with estimator(tmp_path, [NUMPY], settings=UNSETTLED) as est:
+        est.estimate_bounded(cands, [0.0] * len(cands))
+        est.estimate(cands)  # no bound at all: measured again, to max_runs
+        assert est.stats.measured == regions and runs(est) == [24] * regions
 
 
 def test_failed_candidates_are_out_of_the_search_not_unknown(tmp_path, graph):
