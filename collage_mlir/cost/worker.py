@@ -15,10 +15,11 @@ cannot corrupt the channel). Commands:
   `{"event": "compiling", "ids"}`; per item `{"event": "start", "id"}` then
   `{"event": "result", "id", "status", "median", "p90", "spread", "runs", "error"}`;
   finally `{"event": "done"}` (`stop_above`: seconds beyond which timing may stop early,
-  `time_kernel`; an ok result's `error` holds its notes: unchecked and why, `CUT_SHORT`), or `{"event": "retiring"}` after a kernel failed at run
-  time: the worker then exits, and a fresh one takes the items it did not answer (a GPU
-  kernel's fault can leave the process's device context unusable, and every later region
-  would fail there for no fault of its own)
+  `time_kernel`; an ok result's `error` holds its notes: unchecked and why, `CUT_SHORT`),
+  or `{"event": "retiring"}` after a kernel failed at run time: the worker then exits, and
+  a fresh one takes the items it did not answer (a GPU kernel's fault can leave the
+  process's device context unusable, and every later region would fail there for no fault
+  of its own)
 - `{"cmd": "transition", "dst": spec, "src": spec|null}` → `{"event": "transition",
   "forward", "backward", "src_version", "dst_version"}` (src: this worker's backend when
   null; one worker measures every pair of a run, reusing the kernels it compiled)
