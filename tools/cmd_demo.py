@@ -5,7 +5,9 @@ which backends it uses and which it skips, and why; the partition and whether th
 end-to-end check ran (and why not); then the latency of the mix and of each backend running
 the whole model, timed side by side. A second, independent instance of the fastest backend
 alone is timed with them as a control: how far two identical contenders land apart is this
-run's noise, printed beside every ratio, and a difference within it is called a tie.
+run's noise, printed beside every ratio, and a difference within it is called a tie. When the
+mix kept one backend's whole model, it and that backend alone are such a pair too, and the
+noise is the wider of the two spreads.
 The bundled example runs with seeded random weights in place of its splat stand-ins
 (`example_model`).
 """
@@ -109,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
     runners = {collage_label(model): model.run}
     runners.update({f"{name} alone": r for name, r in singles.items()})
     control = add_control(runners, singles, original, inputs)
+    whole = kept_whole(model)
+    twin = (collage_label(model), f"{whole} alone") if whole in singles else None
     say(f"\ntiming {len(runners)} contenders side by side, {args.rounds} interleaved rounds ...")
     timings = time_side_by_side(runners, inputs, rounds=args.rounds)
-    for line in latency_lines(timings, [f"{n} alone" for n in singles], control):
+    for line in latency_lines(timings, [f"{n} alone" for n in singles], control, twin):
         say(line)
     return 0
 
@@ -178,11 +182,18 @@ def backends_line(used: Sequence[str], skipped: dict[str, str]) -> str:
 # -- what the partition did -------------------------------------------------------------------
 
 
+def kept_whole(model: PartitionedModel) -> str | None:
+    """The backend whose whole model is what was kept (one region), else None."""
+    choices = model.partitioning.choices if model.partitioning else ()
+    return choices[0].candidate.backend if len(choices) == 1 else None
+
+
 def collage_label(model: PartitionedModel) -> str:
     """The mix's contender name, saying when what was kept is one backend's whole model."""
+    whole = kept_whole(model)
+    if whole is not None:
+        return f"collage (= {whole} whole)"
     choices = model.partitioning.choices if model.partitioning else ()
-    if len(choices) == 1:
-        return f"collage (= {choices[0].candidate.backend} whole)"
     return f"collage ({len(choices)} regions)"
 
 
@@ -266,35 +277,42 @@ def compared(ratio: float, noise: float | None) -> str:
 
 
 def latency_lines(timings: Sequence[Timing], singles: Sequence[str],
-                  control: tuple[str, str] | None) -> list[str]:
+                  control: tuple[str, str] | None,
+                  twin: tuple[str, str] | None = None) -> list[str]:
     """The latency table: each contender's median, p90 and ratio to the best single
     backend (among `singles`) with the run's noise beside it. `control` is (the control's
-    name, the contender it is a second instance of); the noise is how far apart they are."""
+    name, the contender it is a second instance of); `twin` is (the mix's name, the backend
+    alone whose whole model the mix kept). Each pair computes the same thing the same way,
+    so the run's noise is how far apart the farther pair landed."""
     by_name = {t.name: t for t in timings}
-    noise = (abs(by_name[control[0]].median_s / by_name[control[1]].median_s - 1)
-             if control else None)
+    spreads = {pair: abs(by_name[pair[0]].median_s / by_name[pair[1]].median_s - 1)
+               for pair in (control, twin) if pair}
+    noise = max(spreads.values()) if control else None
     best = min((by_name[n] for n in singles if n in by_name), key=lambda t: t.median_s,
                default=None)
     width = max(len(t.name) for t in timings)
     lines = ["", "end-to-end latency (median of interleaved rounds, this machine):"]
     for t in timings:
+        if best is None:
+            note = ""
+        elif control and t.name == control[0]:
+            note = f"  a second instance: ±{spreads[control]:.1%} from {control[1]}"
+        elif t.name == best.name:
+            note = "  best single backend"
+        else:
+            ratio = t.median_s / best.median_s
+            same = f"; the same model as {twin[1]}" if twin and t.name == twin[0] else ""
+            note = f"  ×{ratio:.2f} of best single ({compared(ratio, noise)}{same})"
         lines.append(f"  {t.name:<{width}} {t.median_s * 1e3:9.3f} ms  (p90 "
-                     f"{t.p90_s * 1e3:.3f}){_ratio_note(t, best, noise, control)}")
+                     f"{t.p90_s * 1e3:.3f}){note}")
     if best is None:
         lines.append("no backend ran the whole model: no ratio to a single backend")
     elif control is None:
         lines.append("no control was timed: the run's noise is unknown")
+    elif twin and spreads[twin] > spreads[control]:
+        lines.append(f"the run's noise: ±{noise:.1%}, how far the mix landed from {twin[1]}, "
+                     f"the same model (the control landed ±{spreads[control]:.1%} apart)")
+    else:
+        lines.append(f"the run's noise: ±{noise:.1%}, how far the control landed from "
+                     f"{control[1]}")
     return lines
-
-
-def _ratio_note(t: Timing, best: Timing | None, noise: float | None,
-                control: tuple[str, str] | None) -> str:
-    if best is None:
-        return ""
-    if control and t.name == control[0]:
-        return f"  the run's noise: ±{noise:.1%} from {control[1]}"
-    if t.name == best.name:
-        return "  best single backend"
-    ratio = t.median_s / best.median_s
-    return f"  ×{ratio:.2f} of best single ({compared(ratio, noise)})"
-
