@@ -189,15 +189,13 @@ class Worker:
             input_sets = [make_inputs(fn, variant=k) for k in range(CHECKED_CALLS)]
         except Exception as e:
             return {"status": "error", "error": f"no inputs: {_one_line(e)}"}
-        try:
-            outputs = [[np.array(o, copy=True) for o in kernel.run(x)] for x in input_sets]
-        except Exception as e:
-            return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
+        wants = self._reference_outputs(module, input_sets, digest)
+        outputs, failure = self._checked_calls(kernel, input_sets, wants)
+        if failure:
+            return failure
         if self.is_reference:
             self.references.put(digest, outputs)
-        note, wrong = self._check(module, input_sets, outputs, digest)
-        if wrong:
-            return {"status": "invalid", "error": wrong}
+        note = f"unchecked: {wants}" if isinstance(wants, str) else ""
         try:
             times = time_kernel(kernel, input_sets[0], self.settings, stop_above)
         except Exception as e:
@@ -206,20 +204,24 @@ class Worker:
             note = "; ".join(filter(None, [note, CUT_SHORT]))
         return {"status": "ok", "error": note, **summarize(times)}
 
-    def _check(self, module: Any, input_sets: list[list[np.ndarray]],
-               outputs: list[list[np.ndarray]], digest: str | None = None
-               ) -> tuple[str, str | None]:
-        """(note, why the outputs are wrong or None): each call's outputs against the
-        reference backend's on the same inputs (shared ones under `digest` when another
-        worker left them); unchecked (with a note) without a reference."""
-        wants = self._reference_outputs(module, input_sets, digest)
-        if isinstance(wants, str):
-            return f"unchecked: {wants}", None
-        for k, (got, want) in enumerate(zip(outputs, wants, strict=True)):
-            wrong = compare(got, want, self.settings)
+    def _checked_calls(self, kernel: Any, input_sets: list[list[np.ndarray]],
+                       wants: Outputs | str) -> tuple[Outputs, dict[str, Any] | None]:
+        """The kernel's outputs on each input set, each call compared with the reference's
+        (`wants`; a string: unchecked) before the next, so a wrong kernel costs its calls up
+        to the first wrong one (a whole model on a slow backend: seconds each); with the
+        invalid result to answer, if any."""
+        outputs: Outputs = []
+        for k, inputs in enumerate(input_sets):
+            try:
+                outputs.append([np.array(o, copy=True) for o in kernel.run(inputs)])
+            except Exception as e:
+                return outputs, {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
+            wrong = None if isinstance(wants, str) else compare(outputs[k], wants[k],
+                                                                 self.settings)
             if wrong:
-                return "", wrong if k == 0 else f"{wrong} (call {k + 1}, on other inputs)"
-        return "", None
+                why = wrong if k == 0 else f"{wrong} (call {k + 1}, on other inputs)"
+                return outputs, {"status": "invalid", "error": why}
+        return outputs, None
 
     def _reference_outputs(self, module: Any, input_sets: list[list[np.ndarray]],
                            digest: str | None) -> Outputs | str:

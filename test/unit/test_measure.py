@@ -959,3 +959,26 @@ def test_reference_outputs_round_trip_and_refuse_what_they_cannot_hold(tmp_path,
     assert store.get(text_digest("region c"), 2) is None
     ReferenceOutputs(None).put(key, outs)  # sharing off: nothing happens
     assert ReferenceOutputs(None).get(key, 2) is None
+
+
+@pytest.mark.parametrize("mode, calls", [("wrong", 1), ("stale", 2)])
+def test_a_wrong_kernel_runs_only_until_its_first_wrong_call(tmp_path, graph, mode, calls):
+    from collage_mlir.cost.key import module_text
+
+    relu = next(c for c in single_op(graph, "numpy_test")
+                if graph.nodes[c.sub_graph.first].op_type == "Relu")
+    worker, channel = _worker({"target": FAULT, "options": {"mode": mode, "on": "Relu"}},
+                              tmp_path / "none")
+    runs: list = []
+    compile_ = worker.backend.compile
+
+    def counting(module):
+        kernel = compile_(module)
+        run = kernel.run
+        kernel.run = lambda inputs: runs.append(1) or run(inputs)
+        return kernel
+
+    worker.backend.compile = counting
+    worker.measure({"items": [{"id": "0", "text": module_text(relu.sub_graph.extract("r"))}]})
+    assert channel.results["0"]["status"] == INVALID
+    assert len(runs) == calls  # wrong on its first call: the second input set is not run
