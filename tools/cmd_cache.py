@@ -159,6 +159,8 @@ def _list(cache, backend: str | None) -> None:
             cost += f" (timeouts in a row: {m.attempts})"
         if m.stale:
             cost += " (stale: measured again by the next run)"
+        if m.median is not None and m.error:  # an ok row's notes: unchecked, cut short
+            cost += f" ({m.error})"
         sys.stdout.write(f"{m.backend:12} {m.status:8} {m.signature}: {cost}\n")
     for t in cache.transitions():
         if t.per_call is not None:

@@ -369,8 +369,10 @@ def test_a_candidate_told_where_it_loses_is_timed_on_fewer_calls(tmp_path, graph
     assert wrapped == [len(cands)]
 
 
-def test_a_timing_cut_short_is_measured_again_where_precision_is_needed(tmp_path, graph):
+def test_a_timing_cut_short_is_measured_again_where_precision_is_needed(tmp_path, graph,
+                                                                         capsys):
     from collage_mlir.cost.timing import CUT_SHORT
+    from collage_mlir.tools.cli import main
 
     cands = single_op(graph, "numpy_test")
     regions = len({c.sub_graph.graph.nodes[c.sub_graph.first].op_type for c in cands})
@@ -382,6 +384,11 @@ def test_a_timing_cut_short_is_measured_again_where_precision_is_needed(tmp_path
         est.estimate_bounded(cands, [0.0] * len(cands))  # every one a clear loser
         assert runs(est) == [5] * regions
         assert all(r.error.endswith(CUT_SHORT) for r in est.cache.measurements())
+        assert main(["cache", "list", "--cache", str(tmp_path / "c.sqlite")]) == 0
+        listed = [line for line in capsys.readouterr().out.splitlines()
+                  if " n=5 " in line and line.endswith(
+                      f"(unchecked: this backend is the reference; {CUT_SHORT})")]
+        assert len(listed) == regions
         est.estimate_bounded(cands, [0.0] * len(cands))  # still losers: the rows stand
         assert est.stats.measured == 0 and est.stats.hits == regions
         est.estimate_bounded(cands, [1e9] * len(cands))  # within their bounds now
