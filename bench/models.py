@@ -1,7 +1,7 @@
 """A zoo of models exported the way users export them, with random but well-scaled weights.
 
 Each model is a `transformers` architecture built from its config (no weights can be
-downloaded here) and written by `torch.onnx.export` (the TorchScript exporter, opset 17, no
+downloaded here), or DeepSpeech2 (GRUs; written out below as torch modules), written by `torch.onnx.export` (the TorchScript exporter, opset 17, no
 simplifier): the files keep the run-time shape computations (Shape → Gather → Concat →
 Reshape, attention masks from the sequence length) that users' exports contain.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2"]  # + tiny_bert with dynamic batch
+FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2"]  # + tiny_bert with dynamic batch
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,56 @@ def _classifier(model_cls: str, config_cls: str, num_labels: int = 1000,
     return build
 
 
+def _audio_encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
+    """A speech model over raw 16 kHz audio returning its last hidden state."""
+    def build():
+        torch, transformers = _require()
+        model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
+
+        class AudioEncoder(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_values):
+                return self.model(input_values=input_values).last_hidden_state
+
+        return AudioEncoder()
+    return build
+
+
+def _deepspeech2(hidden: int = 512, layers: int = 3, features: int = 161
+                 ) -> Callable[[], object]:
+    """DeepSpeech2's acoustic model (Amodei et al. 2016; the layout of deepspeech.pytorch):
+    two strided 2-D convolutions over a spectrogram, bidirectional GRUs over its frames, a
+    per-frame character classifier. Its parts favour different backends on CPU
+    (convolutions and recurrences), which the image and text models of the zoo do not."""
+    def build():
+        torch, _ = _require()
+
+        class DeepSpeech2(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                nn = torch.nn
+                self.conv = nn.Sequential(
+                    nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32),
+                    nn.Hardtanh(0, 20),
+                    nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32),
+                    nn.Hardtanh(0, 20))
+                rows = ((features + 1) // 2 + 1) // 2
+                self.rnn = nn.GRU(32 * rows, hidden, num_layers=layers, bidirectional=True)
+                self.fc = nn.Linear(2 * hidden, 29)  # 26 letters, space, apostrophe, blank
+
+            def forward(self, spectrogram):
+                x = self.conv(spectrogram)  # batch, channels, rows, frames
+                x = x.flatten(1, 2).permute(2, 0, 1)  # frames, batch, features
+                x, _ = self.rnn(x)
+                return self.fc(x).log_softmax(-1)
+
+        return DeepSpeech2()
+    return build
+
+
 ZOO: dict[str, ZooModel] = {
     "bert_base": ZooModel(_encoder("BertModel", "BertConfig"), _tokens(30522, 128),
                           "last_hidden_state"),
@@ -118,6 +168,10 @@ ZOO: dict[str, ZooModel] = {
                                 _image(224), "logits"),
     "resnet50": ZooModel(_classifier("ResNetForImageClassification", "ResNetConfig"),
                          _image(224), "logits"),
+    "wav2vec2_base": ZooModel(_audio_encoder("Wav2Vec2Model", "Wav2Vec2Config"),
+                              {"input_values": ((1, 16000), "image")}, "last_hidden_state"),
+    "deepspeech2": ZooModel(_deepspeech2(), {"spectrogram": ((1, 1, 161, 200), "image")},
+                            "log_probs"),
     # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,
@@ -133,6 +187,8 @@ ZOO: dict[str, ZooModel] = {
                                               finegrained_output=False, image_size=64,
                                               num_labels=10),
                                   _image(64), "logits"),
+    "tiny_deepspeech2": ZooModel(_deepspeech2(hidden=16, layers=2, features=33),
+                                 {"spectrogram": ((1, 1, 33, 24), "image")}, "log_probs"),
 }
 
 
@@ -199,7 +255,8 @@ def _initialise(model, sample: dict[str, np.ndarray]) -> None:
     torch.manual_seed(0)
     norms = []
     for m in model.modules():
-        if isinstance(m, torch.nn.Conv2d | torch.nn.Linear):
+        if (isinstance(m, torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Linear)
+                and not torch.nn.utils.parametrize.is_parametrized(m)):  # weight norm: keep
             torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
             if m.bias is not None:
                 torch.nn.init.zeros_(m.bias)

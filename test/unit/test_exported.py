@@ -3,6 +3,7 @@ real backends from the original file, and compute what torch computed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.tools import cli
 
 DATA = Path(__file__).parents[1] / "data" / "exported"
-MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2"]
+MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2"]
 
 
 def _reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -70,3 +71,27 @@ def test_exported_transformer_partitions_on_three_backends(tmp_path) -> None:
     loaded = collage_mlir.load(out)
     with pytest.raises(CollageError, match=r"built for \[1,16\]"):
         loaded.run({k: np.concatenate([v, v]) for k, v in feeds.items()})
+
+
+def test_recurrent_model_split_across_backends_computes_what_torch_did(tmp_path) -> None:
+    """DeepSpeech2 with its GRUs on OpenVINO and the rest on onnxruntime (a cost table, a test
+    double, says so): the GRU layers' sequences cross backends in both directions, and the
+    saved model computes what torch computed."""
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({
+        "per_op": {"onnxruntime": {"GRU": 1.0, "*": 1e-4}, "openvino": {"GRU": 1e-3, "*": 1.0}},
+        "transition": {"per_call": 1e-5}}))
+    model = collage_mlir.compile(DATA / "tiny_deepspeech2.onnx",
+                                 backends=["onnxruntime", "openvino"], cost=f"table:{table}",
+                                 cache=tmp_path / "c.sqlite", refine_budget_s=0)
+    graph = model.partitioning.graph
+    placed = {graph.nodes[i].op_type: c.candidate.backend
+              for c in model.partitioning.choices for i in c.candidate.sub_graph.nodes}
+    assert placed["GRU"] == "openvino" and placed["Conv"] == "onnxruntime"
+    order = [s.backend for s in model.plan.steps]
+    assert order[0] == order[-1] == "onnxruntime" and "openvino" in order  # both directions
+    feeds, want = _reference("tiny_deepspeech2")
+    loaded = collage_mlir.load(model.save(tmp_path / "out"))
+    for runner in (model, loaded):
+        (got,) = runner.run(feeds)
+        assert _relative(got, want) < 1e-4
