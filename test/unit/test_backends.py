@@ -213,6 +213,22 @@ def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     assert b"cuda-nvptx-fb" in vmfb.read_bytes()
 
 
+def test_iree_default_flags_turn_convolutions_into_matmuls(tmp_path) -> None:
+    # IREE's direct NCHW convolutions are many times slower on x86 than its matmul path;
+    # the default flags rewrite a plain convolution (img2col) and leave a depthwise one
+    graph = _graph('''g (float[1,8,10,10] x, float[8,8,3,3] w, float[8,1,3,3] d)
+        => (float[1,8,10,10] y) {
+      c = Conv<pads=[1,1,1,1]>(x, w)
+      y = Conv<pads=[1,1,1,1], group=8>(c, d)
+    }''')
+    combined, _ = iree_backend.combine([SubGraph(graph, graph.op_bits).extract("all")])
+    flags = [*IreeBackend().flags, "--compile-to=preprocessing", "--output-format=vm-asm"]
+    ir_text = iree_backend._compile(combined, flags, tmp_path).read_text()
+    assert "linalg.conv_2d_nchw_fchw" not in ir_text and "linalg.matmul" in ir_text.replace(
+        "linalg.batch_matmul", "linalg.matmul")
+    assert "depthwise_conv_2d" in ir_text
+
+
 def test_iree_staged_inputs_keep_the_kernel_contract() -> None:
     # the GPU's way in (inputs copied into kernel-owned pinned buffers, reused call after
     # call), exercised here on IREE's host device, where that memory is host memory too
