@@ -1,4 +1,5 @@
-"""A read-only view of the ONNX-in-MLIR form produced by the ONNX importer.
+"""A view of the ONNX-in-MLIR form produced by the ONNX importer, and the few constructors
+a backend's rewrite of that form needs (`create`, `vtensor`, `int_list`).
 
 Ops look like `torch.operator "onnx.Conv"(...) {torch.onnx.kernel_shape = [...]}` on
 `!torch.vtensor<[dims],dtype>`; omitted optional inputs are `torch.constant.none`.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from iree.compiler import ir
@@ -88,3 +90,25 @@ def is_none(value: ir.Value) -> bool:
     """True for the placeholder of an omitted optional input."""
     owner = value.owner
     return isinstance(owner, ir.Operation | ir.OpView) and owner.operation.name == NONE
+
+
+# -- constructors -----------------------------------------------------------------------
+
+def vtensor(shape: Sequence[int], element: str) -> ir.Type:
+    """The value type of a static tensor (in the current context)."""
+    return ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")
+
+
+def int_list(values: Sequence[int]) -> ir.Attribute:
+    """An ONNX ints attribute ([1 : si64, 2 : si64])."""
+    si64 = ir.IntegerType.get_signed(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(si64, v) for v in values])
+
+
+def create(op_type: str, operands: Sequence[ir.Value], result: ir.Type,
+           attrs: Mapping[str, ir.Attribute] | None = None) -> ir.Operation:
+    """A new ONNX op at the current insertion point and location; `attrs` by ONNX name."""
+    named = {ATTR_PREFIX + k: v for k, v in (attrs or {}).items()}
+    return ir.Operation.create(OPERATOR, results=[result], operands=list(operands),
+                               attributes={"name": ir.StringAttr.get(f"onnx.{op_type}"),
+                                           **named}, regions=0)

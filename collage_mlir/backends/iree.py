@@ -199,9 +199,10 @@ def _only_function(module: ir.Module) -> ir.Operation:
     return funcs[0]
 
 
-def combine(modules: Sequence[ir.Module], prefix: str = "collage_region"
-            ) -> tuple[ir.Module, list[str]]:
-    """One module holding every region's function, renamed `prefix_k`."""
+def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
+            conv1d_as_2d: bool = False) -> tuple[ir.Module, list[str]]:
+    """One module holding every region's function, renamed `prefix_k` (with
+    `conv1d_as_2d`, its 1-D convolutions rewritten as 2-D ones)."""
     names = [f"{prefix}_{k}" for k in range(len(modules))]
     ctx = _only_function(modules[0]).context
     with ctx, ir.Location.unknown():
@@ -212,7 +213,51 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region"
                 module = ir.Module.parse(str(module), ctx)
             clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))
             clone.attributes["sym_name"] = ir.StringAttr.get(name)
+            if conv1d_as_2d:
+                convolutions_as_2d(clone)
     return combined, names
+
+
+_AS_2D = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v],
+          "dilations": lambda v: [1, *v], "pads": lambda v: [0, v[0], 0, v[1]]}
+"""How a 1-D convolution's attributes read over a unit height."""
+
+
+def convolutions_as_2d(fn: ir.Operation) -> int:
+    """Rewrite each ungrouped 1-D `onnx.Conv` in `fn` as Unsqueeze → 2-D Conv (height 1) →
+    Squeeze; returns how many. IREE's img2col rewrite takes ungrouped 2-D convolutions only,
+    and its direct 1-D ones run 20-40x slower than onnxruntime's (wav2vec2's feature encoder);
+    a grouped one ran slower as 2-D (wav2vec2's positional convolution: 56 → 84 ms)."""
+    convs = [op for op in fn.regions[0].blocks[0].operations
+             if onnx_view.op_type(op) == "Conv" and _group(op) == 1
+             and len((onnx_view.tensor_type(op.operands[0].type) or ((),))[0] or ()) == 3]
+    for op in convs:
+        x, w, *bias = op.operands
+        with ir.InsertionPoint(op), op.location:
+            axis = onnx_view.create("Constant", [], onnx_view.vtensor([1], "si64"), {
+                "value": ir.Attribute.parse("dense<2> : tensor<1xsi64>")}).result
+            x2, w2 = (onnx_view.create("Unsqueeze", [v, axis], _unit_height(v.type)).result
+                      for v in (x, w))
+            attrs = {k: (onnx_view.int_list(_AS_2D[k]([ir.IntegerAttr(a).value for a in
+                                                      ir.ArrayAttr(v)]))
+                         if k in _AS_2D else v)
+                     for k, v in onnx_view.attributes(op).items()}
+            y2 = onnx_view.create("Conv", [x2, w2, *bias], _unit_height(op.results[0].type),
+                                  attrs)
+            y = onnx_view.create("Squeeze", [y2.result, axis], op.results[0].type)
+        op.results[0].replace_all_uses_with(y.result)
+        op.operation.erase()
+    return len(convs)
+
+
+def _group(op: ir.Operation) -> int:
+    attr = onnx_view.attributes(op).get("group")
+    return ir.IntegerAttr(attr).value if attr is not None else 1
+
+
+def _unit_height(t: ir.Type) -> ir.Type:
+    shape, element = onnx_view.tensor_type(t)
+    return onnx_view.vtensor([*shape[:2], 1, *shape[2:]], element)
 
 
 # -- runtime ----------------------------------------------------------------------------
@@ -314,6 +359,8 @@ class IreeBackend(Backend):
     kind = BackendKind.COMPILER
     target = "llvm-cpu"
     driver = DRIVER
+    conv1d_as_2d = True
+    """1-D convolutions compiled as 2-D ones (`convolutions_as_2d`), for img2col to take."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -405,7 +452,7 @@ class IreeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
             names: list[str] = []
             try:
-                combined, names = combine(modules)
+                combined, names = combine(modules, conv1d_as_2d=self.conv1d_as_2d)
                 vmfb_path = _compile(combined, self.flags, Path(work), self.target)
                 context, vmfb = self._load(vmfb_path)
             except Exception as e:
@@ -433,7 +480,8 @@ class IreeBackend(Backend):
         return IreeKernel(context, ref["function"], vmfb, self.driver == DRIVER)
 
     def cache_options(self) -> str:
-        return f"threads={self.threads},flags={' '.join(self.flags)}"
+        rewrite = ",conv1d=2d" if self.conv1d_as_2d else ""
+        return f"threads={self.threads},flags={' '.join(self.flags)}{rewrite}"
 
 
 CUDA_TARGETS = ("sm_90", "sm_89", "sm_87", "sm_86", "sm_80", "sm_75", "sm_70")
@@ -450,6 +498,7 @@ class IreeCudaBackend(IreeBackend):
     name = "iree-cuda"
     target = "cuda"
     driver = "cuda"
+    conv1d_as_2d = False  # img2col is a CPU flag here; the GPU's convolutions were not timed
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

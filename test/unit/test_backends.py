@@ -229,6 +229,35 @@ def test_iree_default_flags_turn_convolutions_into_matmuls(tmp_path) -> None:
     assert "depthwise_conv_2d" in ir_text
 
 
+def test_iree_compiles_1d_convolutions_as_2d_and_computes_the_same(tmp_path) -> None:
+    # strided, padded, with a bias; dilated: each attribute reads over a unit height; a
+    # grouped one stays as it is (img2col would not take it)
+    backend = _backend("iree")
+    graph = _graph('''g (float[1,4,40] x, float[6,4,3] w, float[6] b, float[6,6,3] u,
+                      float[6,3,1] v) => (float[1,6,21] y) {
+      c = Conv<strides=[2], pads=[2,1], kernel_shape=[3]>(x, w, b)
+      d = Conv<dilations=[2], pads=[2,2]>(c, u)
+      y = Conv<group=2>(d, v)
+    }''')
+    module = SubGraph(graph, graph.op_bits).extract("all")
+    combined, _ = iree_backend.combine([module], conv1d_as_2d=True)
+    text = str(combined)
+    assert text.count('"onnx.Conv"') == 3 and "vtensor<[1,4,1,40],f32>" in text
+    assert "kernel_shape = [1 : si64, 3 : si64]" in text
+    assert "pads = [0 : si64, 2 : si64, 0 : si64, 1 : si64]" in text
+    assert "dilations = [1 : si64, 2 : si64]" in text
+    assert "!torch.vtensor<[6,3,1],f32>) -> !torch.vtensor<[1,6,21],f32>" in text  # grouped
+    flags = [*backend.flags, "--compile-to=preprocessing", "--output-format=vm-asm"]
+    assert "conv_1d" not in iree_backend._compile(combined, flags, tmp_path).read_text()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype(np.float32)
+          for s in ((1, 4, 40), (6, 4, 3), (6,), (6, 6, 3), (6, 3, 1))]
+    (want,) = OnnxRuntimeBackend().compile(module).run(xs)
+    (got,) = backend.compile(module).run(xs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert "conv1d=2d" in backend.cache_options()
+
+
 def test_iree_staged_inputs_keep_the_kernel_contract() -> None:
     # the GPU's way in (inputs copied into kernel-owned pinned buffers, reused call after
     # call), exercised here on IREE's host device, where that memory is host memory too
