@@ -1,7 +1,7 @@
 """ONNX → MLIR import, in process, into the ONNX-in-MLIR form (`torch.operator "onnx.X"`).
 
 Every value gets a static type first (`static_shapes`: inputs specialised, shape
-computations folded). Initializers become
+computations folded), then a few value-keeping rewrites apply (`canonical`). Initializers become
 `onnx.Constant` ops with `dense_resource` blobs that live in the module's resource section;
 `collage_mlir.export.resources` reads them back for the exporter.
 """
@@ -15,6 +15,7 @@ import onnx
 from iree.compiler import ir
 from iree.compiler.extras import onnx_importer
 
+from collage_mlir.canonical import canonicalize
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
@@ -113,6 +114,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
     proto = make_static(proto, label, input_shapes)
+    canonicalize(proto)
     context = context or make_context()
     try:
         with warnings.catch_warnings():

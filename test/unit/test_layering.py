@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"errors", "paths", "progress", "context"},
     {"dialects"},
     {"graph"},
-    {"candidate", "tensors", "static_shapes", "export", "weights"},
+    {"candidate", "tensors", "static_shapes", "canonical", "export", "weights"},
     {"importer"},
     {"rules"},
     {"backends"},
