@@ -59,8 +59,10 @@ def _image(size: int) -> dict[str, tuple[tuple[int, ...], str]]:
     return {"pixel_values": ((1, 3, size, size), "image")}
 
 
-def _encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
-    """A text model returning its last hidden state, called by keyword (transformers 5)."""
+def _encoder(model_cls: str, config_cls: str, inputs: tuple[str, ...] = ("input_ids",
+             "attention_mask"), **config) -> Callable[[], object]:
+    """A model returning its last hidden state, its `inputs` passed by keyword
+    (transformers 5): text models by default, speech ones take `("input_values",)`."""
     def build():
         torch, transformers = _require()
         model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
@@ -70,9 +72,8 @@ def _encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
                 super().__init__()
                 self.model = model
 
-            def forward(self, input_ids, attention_mask):
-                out = self.model(input_ids=input_ids, attention_mask=attention_mask)
-                return out.last_hidden_state
+            def forward(self, *args):
+                return self.model(**dict(zip(inputs, args, strict=True))).last_hidden_state
 
         return Encoder()
     return build
@@ -95,24 +96,6 @@ def _classifier(model_cls: str, config_cls: str, num_labels: int = 1000,
                 return self.model(pixel_values=pixel_values).logits
 
         return Classifier()
-    return build
-
-
-def _audio_encoder(model_cls: str, config_cls: str, **config) -> Callable[[], object]:
-    """A speech model over raw 16 kHz audio returning its last hidden state."""
-    def build():
-        torch, transformers = _require()
-        model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
-
-        class AudioEncoder(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_values):
-                return self.model(input_values=input_values).last_hidden_state
-
-        return AudioEncoder()
     return build
 
 
@@ -168,7 +151,7 @@ ZOO: dict[str, ZooModel] = {
                                 _image(224), "logits"),
     "resnet50": ZooModel(_classifier("ResNetForImageClassification", "ResNetConfig"),
                          _image(224), "logits"),
-    "wav2vec2_base": ZooModel(_audio_encoder("Wav2Vec2Model", "Wav2Vec2Config"),
+    "wav2vec2_base": ZooModel(_encoder("Wav2Vec2Model", "Wav2Vec2Config", ("input_values",)),
                               {"input_values": ((1, 16000), "image")}, "last_hidden_state"),
     "deepspeech2": ZooModel(_deepspeech2(), {"spectrogram": ((1, 1, 161, 200), "image")},
                             "log_probs"),
