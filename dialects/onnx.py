@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from iree.compiler import ir
@@ -56,6 +57,16 @@ def attributes(op: ir.Operation) -> dict[str, ir.Attribute]:
         for key, attr in op.attributes.items()
         if key.startswith(ATTR_PREFIX)
     }
+
+
+def attribute_value(attr: ir.Attribute) -> Any:
+    """An ONNX attribute as a plain Python value (int, float, str, list)."""
+    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
+    if isinstance(attr, ir.BoolAttr | ir.IntegerAttr | ir.FloatAttr | ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.ArrayAttr):
+        return [attribute_value(a) for a in attr]
+    return str(attr)
 
 
 def tensor_type(t: ir.Type) -> tuple[tuple[int, ...] | None, str] | None:

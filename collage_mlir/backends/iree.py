@@ -229,8 +229,7 @@ def convolutions_as_2d(fn: ir.Operation) -> int:
     and its direct 1-D ones run 20-40x slower than onnxruntime's (wav2vec2's feature encoder);
     a grouped one ran slower as 2-D (wav2vec2's positional convolution: 56 → 84 ms)."""
     convs = [op for op in fn.regions[0].blocks[0].operations
-             if onnx_view.op_type(op) == "Conv" and _group(op) == 1
-             and len((onnx_view.tensor_type(op.operands[0].type) or ((),))[0] or ()) == 3]
+             if onnx_view.op_type(op) == "Conv" and _is_1d_ungrouped(op)]
     for op in convs:
         x, w, *bias = op.operands
         with ir.InsertionPoint(op), op.location:
@@ -238,8 +237,7 @@ def convolutions_as_2d(fn: ir.Operation) -> int:
                 "value": ir.Attribute.parse("dense<2> : tensor<1xsi64>")}).result
             x2, w2 = (onnx_view.create("Unsqueeze", [v, axis], _unit_height(v.type)).result
                       for v in (x, w))
-            attrs = {k: (onnx_view.int_list(_AS_2D[k]([ir.IntegerAttr(a).value for a in
-                                                      ir.ArrayAttr(v)]))
+            attrs = {k: (onnx_view.int_list(_AS_2D[k](onnx_view.attribute_value(v)))
                          if k in _AS_2D else v)
                      for k, v in onnx_view.attributes(op).items()}
             y2 = onnx_view.create("Conv", [x2, w2, *bias], _unit_height(op.results[0].type),
@@ -250,9 +248,11 @@ def convolutions_as_2d(fn: ir.Operation) -> int:
     return len(convs)
 
 
-def _group(op: ir.Operation) -> int:
-    attr = onnx_view.attributes(op).get("group")
-    return ir.IntegerAttr(attr).value if attr is not None else 1
+def _is_1d_ungrouped(conv: ir.Operation) -> bool:
+    group = onnx_view.attributes(conv).get("group")
+    parsed = onnx_view.tensor_type(conv.operands[0].type)
+    return ((group is None or onnx_view.attribute_value(group) == 1)
+            and parsed is not None and len(parsed[0] or ()) == 3)
 
 
 def _unit_height(t: ir.Type) -> ir.Type:

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from iree.compiler import ir
-
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph
 from collage_mlir.graph.bits import iter_bits
@@ -212,16 +210,6 @@ def match_subgraphs(pattern: Pattern, graph: DataflowGraph) -> list[SubGraph]:
 
 # -- predicates ----------------------------------------------------------------------------
 
-def attribute_value(attr: ir.Attribute) -> Any:
-    """An ONNX attribute as a plain Python value (int, float, str, list), for comparisons."""
-    attr = attr.maybe_downcast() if hasattr(attr, "maybe_downcast") else attr
-    if isinstance(attr, ir.BoolAttr | ir.IntegerAttr | ir.FloatAttr | ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.ArrayAttr):
-        return [attribute_value(a) for a in attr]
-    return str(attr)
-
-
 def _attr_predicate(expected: dict[str, Any]) -> Callable[[DataflowGraph, Value], bool]:
     def check(graph: DataflowGraph, value: Value) -> bool:
         op = graph.nodes[value[0]].op
@@ -231,7 +219,7 @@ def _attr_predicate(expected: dict[str, Any]) -> Callable[[DataflowGraph, Value]
         for name, want in expected.items():
             if name not in attrs:
                 return False
-            got = attribute_value(attrs[name])
+            got = onnx_view.attribute_value(attrs[name])
             want = list(want) if isinstance(want, tuple) else want
             if not _same(got, want):
                 return False
