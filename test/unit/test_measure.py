@@ -33,7 +33,9 @@ HERE = Path(__file__).parent
 NUMPY = "fault_backend:NumpyTestBackend"
 FAULT = "fault_backend:FaultInjectingBackend"
 BATCHING = "fault_backend:BatchingTestBackend"
-FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02, cold_bytes=1 << 20)
+FAST = MeasureSettings(warmup=1, min_runs=3, max_runs=20, budget_s=0.02, cold_bytes=1 << 20,
+                       pace=False)  # a slow moment's second timing would vary the counts
+PACED = MeasureSettings(**{**FAST.__dict__, "pace": True})
 
 MODEL = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -989,3 +991,121 @@ def test_a_wrong_kernel_runs_only_until_its_first_wrong_call(tmp_path, graph, mo
     worker.measure({"items": [{"id": "0", "text": module_text(relu.sub_graph.extract("r"))}]})
     assert channel.results["0"]["status"] == INVALID
     assert len(runs) == calls  # wrong on its first call: the second input set is not run
+
+
+# -- the host's pace (cost/pace.py) ----------------------------------------------------------
+
+DEVICE = "fault_backend:DeviceTestBackend"
+
+
+def test_each_timing_records_the_host_pace_but_not_a_device_backends(tmp_path, graph):
+    with estimator(tmp_path, [NUMPY, DEVICE], settings=PACED) as est:
+        est.estimate(single_op(graph, "numpy_test") + single_op(graph, "device_test"))
+        rows = est.cache.measurements()
+    paces = {b: {r.pace for r in rows if r.backend == b} for b in ("numpy_test", "device_test")}
+    assert all(p is not None and 0 < p < 1 for p in paces["numpy_test"])
+    assert paces["device_test"] == {None}
+    with estimator(tmp_path / "off", [NUMPY]) as est:  # FAST: pace off
+        est.estimate(single_op(graph, "numpy_test"))
+        assert {r.pace for r in est.cache.measurements()} == {None}
+
+
+class ScriptedWorker:
+    """Stands for the measuring worker (a test double): answers the n-th `measure` call's
+    items, in order, with SCRIPT[n]'s (median, pace) pairs."""
+
+    SCRIPT: list[list[tuple[float, float]]] = []
+    calls: list[list[str]] = []
+
+    def __init__(self, config) -> None:
+        self.restarts = 0
+
+    def measure(self, items, batch, on_result) -> None:
+        answers = self.SCRIPT[len(self.calls)]
+        self.calls.append([item.id for item in items])
+        for item, (median, pace) in zip(items, answers, strict=True):
+            on_result(item.id, {"status": "ok", "median": median, "p90": median,
+                                "spread": 0.0, "runs": 5, "error": "", "pace": pace})
+
+    def stop(self) -> None:
+        pass
+
+
+def test_regions_timed_in_a_slow_moment_are_timed_again_and_the_faster_pace_stands(
+        tmp_path, graph, monkeypatch):
+    """Against the host's fastest recorded pace (1 ms per canary call), the regions timed
+    at 2x and 3x are timed once more at the end: the one now at 1.05x keeps its second
+    timing, the one now at 3.5x its first."""
+    import dataclasses
+
+    from collage_mlir.cost import measure as measure_mod
+    from collage_mlir.cost.key import host_fingerprint
+
+    monkeypatch.setattr(measure_mod, "WorkerClient", ScriptedWorker)
+    monkeypatch.setattr(ScriptedWorker, "calls", [])
+    monkeypatch.setattr(ScriptedWorker, "SCRIPT", [
+        [(1e-3, 1e-3), (1e-3, 1.1e-3), (2e-3, 2e-3), (3e-3, 3e-3)],  # MatMul Relu Sigmoid Add
+        [(1.1e-3, 1.05e-3), (4e-3, 3.5e-3)]])  # Sigmoid and Add again
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY], settings=PACED) as est:
+        seed = measure_mod.Measurement("seed", "r", "numpy_test", "v", "o", host_fingerprint(),
+                                       "Relu", OK, 1e-3, runs=5, pace=1e-3)
+        est.cache.put(seed)
+        costs = est.estimate(cands)
+        rows = {r.key: r for r in est.cache.measurements()}
+        keys = list(dict.fromkeys(est.key(c) for c in cands))
+        assert ScriptedWorker.calls == [keys, keys[2:]]
+        assert costs == pytest.approx([1e-3, 1e-3, 1.1e-3, 1e-3, 3e-3])
+        assert (rows[keys[2]].median, rows[keys[2]].pace) == (1.1e-3, 1.05e-3)
+        assert (rows[keys[3]].median, rows[keys[3]].pace) == (3e-3, 3e-3)
+        s = est.stats
+        assert (s.measured, s.slow, s.retimed, s.slowest_pace) == (4, 2, 1, pytest.approx(3))
+    assert dataclasses.replace(seed, created=rows["seed"].created) == rows["seed"]
+
+
+def test_cli_measure_says_when_the_host_ran_slow(tmp_path, capsys):
+    """Here a cached row of this host claims a canary 1000x faster than this machine's:
+    every timing is a slow moment's, timed again, and the summary says so."""
+    import dataclasses
+
+    from collage_mlir.tools.cli import main
+
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.parser.parse_model(MODEL), str(model))
+    cache = tmp_path / "c.sqlite"
+    argv = ["measure", str(model), "--backends", NUMPY, "--cache", str(cache),
+            "--reference", NUMPY, "--budget", "0.02"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    with MeasurementCache(cache) as c:
+        rows = c.measurements()
+        pace = min(r.pace for r in rows)
+        c.clear()
+        c.put(dataclasses.replace(rows[0], key="elsewhere", pace=pace / 1000))
+    assert main(argv) == 0
+    assert "host pace: 4 of 4 timed while the machine ran slow (up to" in capsys.readouterr().out
+
+
+def test_the_pacer_reuses_a_recent_reading_and_never_raises(monkeypatch):
+    from collage_mlir.cost import pace as pace_mod
+
+    now = [0.0]
+    pacer = pace_mod.Pacer(threads=1, calls=3, clock=lambda: now[0])
+    first = pacer.read()
+    assert first is not None and 0 < first < 1
+    now[0] = pace_mod.MAX_AGE_S / 2
+    assert pacer.read() == first  # recent: not timed again
+    now[0] = 2 * pace_mod.MAX_AGE_S
+    assert pacer.read() is not None
+    assert pace_mod.during(None, lambda: 7) == (7, None)
+    readings = iter([4.0, 9.0])
+    fake = pace_mod.Pacer(clock=lambda: now[0])
+    fake.read = lambda: next(readings)
+    assert pace_mod.during(fake, lambda: 7) == (7, 6.0)  # the geometric mean
+
+    def broken(threads):
+        raise RuntimeError("no canary here")
+
+    monkeypatch.setattr(pace_mod, "_canary", broken)
+    unable = pace_mod.Pacer(clock=lambda: now[0])
+    assert unable.read() is None and pace_mod.during(unable, lambda: 7) == (7, None)
