@@ -155,8 +155,6 @@ def _list(cache, backend: str | None) -> None:
                f"n={m.runs}" if m.median is not None else m.error
         if m.load is not None and m.median is not None:
             cost += f" load {m.load:.2f}"
-        if m.pace and m.median is not None:
-            cost += f" pace {m.pace * 1e3:.3f} ms"
         if m.status == "timeout":
             cost += f" (timeouts in a row: {m.attempts})"
         if m.stale:

@@ -169,7 +169,7 @@ def _print_summary(est, graph, candidates, costs, backends, elapsed: float) -> N
                   "`collage-mlir cache remeasure --noisy` has them measured again\n")
     if s.slow:
         out.write(f"  host pace: {s.slow} of {s.measured} timed while the machine ran slow (up "
-                  f"to {s.slowest_pace:.2f}x its typical pace: other tenants); {s.retimed} "
+                  f"to {s.slowest_pace:.2f}x its fastest pace: other tenants); {s.retimed} "
                   "timed again faster\n")
     per_node: dict[int, dict[str, float]] = {}
     for c, cost in zip(candidates, costs, strict=True):

@@ -22,7 +22,6 @@ import importlib
 import logging
 import math
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -116,10 +115,10 @@ class EstimateStats:
     max_load: float = 0.0
     """The highest load (other runnable tasks per core) seen while measuring."""
     slowest_pace: float = 1.0
-    """The slowest the host ran while measuring, relative to its typical pace in the same
-    call (1.4: 40% slower; `cost.pace`)."""
+    """The slowest the host ran while measuring, relative to the fastest pace recorded on
+    it (1.4: 40% slower; `cost.pace`)."""
     slow: int = 0
-    """Timings taken while the host ran more than `SLOW_PACE` times slower than typical."""
+    """Timings taken while the host ran more than `SLOW_PACE` times slower than its fastest."""
     retimed: int = 0
     """Of those, timed again at a faster pace (that timing kept)."""
     shared: int = 0
@@ -613,16 +612,19 @@ class MeasuringEstimator(CostEstimator):
             self.cache.release(keys, self.claimant)  # those not measured after all
 
     def _slow(self, fresh: Mapping[str, Measurement]) -> list[str]:
-        """The keys of `fresh` (one backend's timings of this call) timed while the host ran
-        more than `SLOW_PACE` times slower than their typical (median) pace; the stats count
-        them and note the slowest. A host slow all along has no slow moment: timing again
-        would not find it faster."""
-        paces = [m.pace for m in fresh.values() if m.pace]
-        if not paces:
-            return []
-        typical = statistics.median(paces)
-        self.stats.slowest_pace = max(self.stats.slowest_pace, max(paces) / typical)
-        slow = [key for key, m in fresh.items() if m.pace and m.pace > SLOW_PACE * typical]
+        """The keys of `fresh` timed while their host ran more than `SLOW_PACE` times slower
+        than the fastest pace recorded on it (the stats count them and the slowest)."""
+        fastest: dict[str, float | None] = {}
+        slow = []
+        for key, m in fresh.items():
+            if m.host not in fastest:
+                fastest[m.host] = self.cache.fastest_pace(m.host)
+            reference = fastest[m.host]
+            if not reference or not m.pace:
+                continue
+            self.stats.slowest_pace = max(self.stats.slowest_pace, m.pace / reference)
+            if m.pace > SLOW_PACE * reference:
+                slow.append(key)
         self.stats.slow += len(slow)
         return slow
 

@@ -9,9 +9,9 @@ a run of regions at 1.9x their time in another. Such a row misleads every search
 So every timing records the pace: the median seconds of a small fixed kernel (a 3x3
 convolution, 64 channels, 56x56, on onnxruntime with every core: multi-threaded compute like
 the kernels it stands beside) timed just before and just after. A region timed while the
-host ran more than `SLOW_PACE` times slower than typical for its backend's timings of the
-same call (their median pace) is timed once more at the end of its backend's list, and the
-timing taken at the faster pace stands (`MeasuringEstimator`). Medians are not scaled by the pace: kernels slow down by other
+host ran more than `SLOW_PACE` times slower than the fastest pace recorded on it is timed
+once more at the end of its backend's list, and the timing taken at the faster pace stands
+(`MeasuringEstimator`). Medians are not scaled by the pace: kernels slow down by other
 factors than the canary (regressed over three cold runs of two models, a region's median
 moved with the canary's pace at a slope of 0.4-0.7, and scaling by the full pace left the
 runs no closer to each other).
@@ -33,8 +33,8 @@ CALLS = 7
 MAX_AGE_S = 0.5
 """A reading this recent is reused: drift holds for seconds, kernels take milliseconds."""
 SLOW_PACE = 1.15
-"""A pace this many times the typical one is a slow moment (the canary's own readings stay
-within a few percent of each other on a quiet host)."""
+"""A pace this many times the host's fastest is a slow moment (the canary's own readings
+stay within a few percent of each other on a quiet host)."""
 
 
 def _canary(threads: int) -> tuple[Any, dict[str, np.ndarray]]:

@@ -269,6 +269,13 @@ class CacheStore(ABC):
             q, args = q + " WHERE backend = ?", (backend,)
         return [measurement(row) for row in self._rows(q + " ORDER BY created, key", args)]
 
+    @_reads
+    def fastest_pace(self, host: str) -> float | None:
+        """The fastest pace recorded on `host` (`cost.pace`; None: none recorded)."""
+        rows = self._rows("SELECT MIN(pace) FROM measurements WHERE host = ? AND pace > 0",
+                          (host,))
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def mark_stale(self, keys: Iterable[str]) -> int:
         """Mark ok rows to be measured again by the next run that needs them (they keep
         their cost meanwhile); returns how many were marked."""

@@ -492,7 +492,8 @@ def test_a_schema_2_export_imports_with_no_pace(tmp_path):
 
 
 def test_a_schema_2_store_gains_the_pace_column_with_its_rows_kept(location):
-    """Schema 2 → 3 on both engines: the column added, every row kept (pace unset)."""
+    """Schema 2 → 3 on both engines: the column added, every row kept (pace unset), and
+    the fastest pace per host read back."""
     old = _row("old")
     with open_cache(location) as c:
         c.put(old)
@@ -503,10 +504,11 @@ def test_a_schema_2_store_gains_the_pace_column_with_its_rows_kept(location):
         assert c.get("old") == old
     with open_cache(location) as c:
         assert "pace" in c._columns("measurements")
-        assert c.get("old") == old
-        paced = Measurement(**{**_row("new").__dict__, "pace": 1.25e-3})
-        c.put(paced)
-        assert c.get("new") == paced
+        assert c.get("old") == old and c.fastest_pace("h") is None
+        c.put_many([Measurement(**{**_row(k).__dict__, "pace": p, "host": h})
+                    for k, p, h in (("a", 2e-3, "h"), ("b", 1e-3, "h"), ("c", 5e-4, "g"))])
+        assert (c.fastest_pace("h"), c.fastest_pace("g"), c.fastest_pace("x")) == (
+            1e-3, 5e-4, None)
 
 
 def test_import_keeps_the_newest_row_of_each_key(location):
