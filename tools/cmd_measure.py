@@ -167,10 +167,6 @@ def _print_summary(est, graph, candidates, costs, backends, elapsed: float) -> N
         out.write(f"  machine busy: {s.busy} of {s.measured} measured while other work ran "
                   f"(load up to {s.max_load:.2f} other runnable tasks per core); "
                   "`collage-mlir cache remeasure --noisy` has them measured again\n")
-    if s.slow:
-        out.write(f"  host pace: {s.slow} of {s.measured} timed while the machine ran slow (up "
-                  f"to {s.slowest_pace:.2f}x its fastest pace: other tenants); {s.retimed} "
-                  "timed again faster\n")
     per_node: dict[int, dict[str, float]] = {}
     for c, cost in zip(candidates, costs, strict=True):
         per_node.setdefault(c.sub_graph.first, {})[c.backend] = cost

@@ -74,9 +74,6 @@ class Backend(abc.ABC):
 
     name: str = ""
     kind: BackendKind = BackendKind.GRAPH
-    host_bound: bool = True
-    """Its kernels run on this host's CPU cores, so their timings move with the host's pace
-    (`cost.pace`); False for a device backend (a GPU's kernels do not)."""
 
     def __init__(self, **options: Any) -> None:
         self.options: dict[str, Any] = dict(options)

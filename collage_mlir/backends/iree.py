@@ -498,7 +498,6 @@ class IreeCudaBackend(IreeBackend):
     name = "iree-cuda"
     target = "cuda"
     driver = "cuda"
-    host_bound = False
     conv1d_as_2d = False  # img2col is a CPU flag here; the GPU's convolutions were not timed
 
     @classmethod

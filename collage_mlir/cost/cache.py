@@ -13,7 +13,7 @@ written as soon as it arrives, so an interrupted run keeps everything it measure
 SQLite's migration from schema 1 (plain SQL, `SqliteCache.MIGRATIONS[2]`): both tables are
 rebuilt (SQLite cannot widen a CHECK) with every row and value kept, new columns at their
 defaults; v1 `invalid` rows that were timeouts ("timed out after N s") become `timeout` rows
-with `timeout_s` N, so a later run measures them again. From 2 to 3: a column added.
+with `timeout_s` N, so a later run measures them again.
 """
 
 from __future__ import annotations
@@ -45,9 +45,8 @@ from collage_mlir.cost.records import (
     Transition,
 )
 from collage_mlir.cost.storage import (
+    MEASUREMENTS,
     MEASUREMENTS_INDEX,
-    MEASUREMENTS_V2,
-    PACE_COLUMN,
     SCHEMA_VERSION,
     TRANSITIONS,
     CacheStore,
@@ -157,9 +156,8 @@ class SqliteCache(CacheStore):
     `default_cache_path()`); `readonly` never writes (no WAL files, no schema)."""
 
     read_errors = (sqlite3.DatabaseError, UnicodeDecodeError, ValueError, TypeError)
-    MIGRATIONS = {2: (*_rebuilt("measurements", MEASUREMENTS_V2),
-                      *_rebuilt("transitions", TRANSITIONS), MEASUREMENTS_INDEX, _V1_TIMEOUTS),
-                  3: (PACE_COLUMN,)}
+    MIGRATIONS = {2: (*_rebuilt("measurements", MEASUREMENTS),
+                      *_rebuilt("transitions", TRANSITIONS), MEASUREMENTS_INDEX, _V1_TIMEOUTS)}
 
     def __init__(self, path: str | os.PathLike | None = None, readonly: bool = False) -> None:
         if isinstance(path, str) and _SCHEME.match(path):

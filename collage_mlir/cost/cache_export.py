@@ -3,11 +3,10 @@ JSON lines, to move rows between stores (an SQLite file and a team's PostgreSQL 
 either way) or keep them in a file.
 
 Format version 1 (`FORMAT_VERSION`), UTF-8, one JSON object per line:
-- line 1, the header: `{"format": "collage-mlir-cache", "version": 1, "schema": 3,
-  "source": LOCATION, "exported": UNIX_TIME}` (`schema`: the cache schema the rows follow;
-  files of schema 2 import too, the columns added since unset);
+- line 1, the header: `{"format": "collage-mlir-cache", "version": 1, "schema": 2,
+  "source": LOCATION, "exported": UNIX_TIME}` (`schema`: the cache schema the rows follow);
 - then one line per row, `{"table": TABLE, "row": {COLUMN: VALUE, ...}}`, with every column
-  of the table's row in that schema and no other: `measurements` (as `records.Measurement`,
+  of the table's schema-2 row and no other: `measurements` (as `records.Measurement`,
   `stale` true/false), then `transitions` (`points` a list of [bytes, seconds]), then
   `capabilities` (`key`, `backend`, `bits` in hex, `created`), each table in key order.
   Numbers are JSON numbers (NaN / Infinity as Python's `json` writes them); no value is
@@ -41,15 +40,11 @@ from collage_mlir.errors import CollageError
 FORMAT = "collage-mlir-cache"
 FORMAT_VERSION = 1
 TABLES = ("measurements", "transitions", "capabilities")
-OLDEST_SCHEMA = 2
-"""The oldest schema whose exports import (schema 1 was never exported)."""
-ADDED = {3: {"measurements": ("pace",)}}
-"""Schema → the columns it added, per table."""
 
 _TEXT, _REAL, _MAYBE_REAL, _INT, _BOOL, _POINTS = range(6)
 _TYPES: dict[str, dict[str, int]] = {
     "measurements": {**dict.fromkeys(MEASUREMENT_COLUMNS, _TEXT),
-                     **dict.fromkeys(("median", "p90", "spread", "timeout_s", "load", "pace"),
+                     **dict.fromkeys(("median", "p90", "spread", "timeout_s", "load"),
                                      _MAYBE_REAL),
                      "runs": _INT, "attempts": _INT, "created": _REAL, "stale": _BOOL},
     "transitions": {**dict.fromkeys(TRANSITION_COLUMNS, _TEXT),
@@ -84,7 +79,7 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     Returns (rows read, rows written) per table; nothing is written unless the whole file
     is well-formed."""
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-    seen_header, schema = False, SCHEMA_VERSION
+    seen_header = False
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -94,20 +89,14 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
         except json.JSONDecodeError as e:
             raise CollageError(f"{where}: not JSON ({e.msg})") from None
         if not seen_header:
-            schema = _check_header(obj, where)
+            _check_header(obj, where)
             seen_header = True
             continue
         if not isinstance(obj, dict) or set(obj) != {"table", "row"} or \
                 obj["table"] not in TABLES or not isinstance(obj["row"], dict):
             raise CollageError(f"{where}: expected {{\"table\": one of {', '.join(TABLES)}, "
                                "\"row\": {...}}")
-        added = _added_since(schema, obj["table"])
-        if set(added) & set(obj["row"]):
-            raise CollageError(f"{where}: {obj['table']} row: unknown "
-                               f"{', '.join(sorted(set(added) & set(obj['row'])))} (schema "
-                               f"{schema} has no such column)")
-        row = {**dict.fromkeys(added), **obj["row"]}
-        rows[obj["table"]].append(_checked(obj["table"], row, where))
+        rows[obj["table"]].append(_checked(obj["table"], obj["row"], where))
     if not seen_header:
         raise CollageError(f"{name}: empty; not a `collage-mlir cache export` file")
     measurements = [Measurement(**r) for r in rows["measurements"]]
@@ -118,14 +107,7 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     return ({t: len(rows[t]) for t in TABLES}, dict(zip(TABLES, written, strict=True)))
 
 
-def _added_since(schema: int, table: str) -> tuple[str, ...]:
-    """The columns of `table` that schemas after `schema` added (unset in its rows)."""
-    return tuple(c for version, added in ADDED.items() if version > schema
-                 for c in added.get(table, ()))
-
-
-def _check_header(obj: Any, where: str) -> int:
-    """The schema of the rows that follow a well-formed header."""
+def _check_header(obj: Any, where: str) -> None:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise CollageError(f"{where}: not a `collage-mlir cache export` file (no "
                            f"\"format\": \"{FORMAT}\" header)")
@@ -133,11 +115,9 @@ def _check_header(obj: Any, where: str) -> int:
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
         raise CollageError(f"{where}: export format version {version!r}; this collage-mlir "
                            f"reads version {FORMAT_VERSION} (upgrade it to import this file)")
-    schema = obj.get("schema")
-    if not isinstance(schema, int) or not OLDEST_SCHEMA <= schema <= SCHEMA_VERSION:
-        raise CollageError(f"{where}: rows of cache schema {schema!r}; this collage-mlir "
-                           f"imports schemas {OLDEST_SCHEMA} to {SCHEMA_VERSION}")
-    return schema
+    if obj.get("schema") != SCHEMA_VERSION:
+        raise CollageError(f"{where}: rows of cache schema {obj.get('schema')!r}; this "
+                           f"collage-mlir imports schema {SCHEMA_VERSION}")
 
 
 def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from collage_mlir.cost.storage import PACE_COLUMN, SCHEMA_VERSION, CacheStore
+from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
 from collage_mlir.errors import CollageError
 
 CONNECT_TIMEOUT_S = 10
@@ -72,7 +72,7 @@ class PostgresCache(CacheStore):
     """Open the cache in the PostgreSQL database at `url`, creating its tables when
     writable; `readonly` writes nothing (and needs the tables to exist)."""
 
-    MIGRATIONS: dict[int, tuple[str, ...]] = {3: (PACE_COLUMN,)}
+    MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
     def __init__(self, url: str, readonly: bool = False) -> None:
         self.url = url

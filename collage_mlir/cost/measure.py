@@ -60,7 +60,6 @@ from collage_mlir.cost.key import (
     module_text,
 )
 from collage_mlir.cost.key import region_key as compute_region_key
-from collage_mlir.cost.pace import SLOW_PACE
 from collage_mlir.cost.protocol import (
     MeasureSettings,
     load_backend,
@@ -114,13 +113,6 @@ class EstimateStats:
     """Keys measured while the machine was busy (load above `BUSY_LOAD`)."""
     max_load: float = 0.0
     """The highest load (other runnable tasks per core) seen while measuring."""
-    slowest_pace: float = 1.0
-    """The slowest the host ran while measuring, relative to the fastest pace recorded on
-    it (1.4: 40% slower; `cost.pace`)."""
-    slow: int = 0
-    """Timings taken while the host ran more than `SLOW_PACE` times slower than its fastest."""
-    retimed: int = 0
-    """Of those, timed again at a faster pace (that timing kept)."""
     shared: int = 0
     """Keys another run was measuring when this one came to them: their rows, not
     measured here."""
@@ -437,18 +429,15 @@ class MeasuringEstimator(CostEstimator):
                   for key, ks in waiting.items()}
         self.stats = EstimateStats(candidates=total, regions=len(waiting))
 
-        where = {key: list(ks) for key, ks in waiting.items()}
-
         def settle(key: str, m: Measurement) -> None:
-            """The key's candidates cost `m` (again, for a region timed once more)."""
             nonlocal done
-            for i in where.get(key, []):
+            for i in waiting.pop(key, []):
                 costs[i] = m.cost
                 if m.status != OK:
                     c = candidates[i]
                     self._memo(c.sub_graph.graph).reasons[_reason_key(c)] = \
                         f"{m.status}: {m.error}"
-            done += len(waiting.pop(key, []))
+                done += 1
             if progress:
                 progress(done, total)
 
@@ -548,9 +537,7 @@ class MeasuringEstimator(CostEstimator):
                          bounds: Mapping[str, float | None]) -> None:
         """Measure `keys` on one backend's worker, each result into the cache as it comes.
         After the backend's first timeout on an op type, the regions holding that type
-        that are still to measure are skipped in this run (errors, not cached). Then the
-        regions timed while the host ran slow (`_slow`) are timed once more, at the end of
-        the list: the timing taken at the faster pace stands (`cost.pace`)."""
+        that are still to measure are skipped in this run (errors, not cached)."""
         if not keys:
             return
         client = WorkerClient(self._worker_config(info))
@@ -579,54 +566,20 @@ class MeasuringEstimator(CostEstimator):
             self._learn(info.name, sub_graph, m.status, run)
             if m.status != OK:
                 log.info("%s on %s: %s: %s", rk.signature, info.name, m.status, m.error)
-            elif m.pace:
-                fresh[key] = m
             settle(key, kept)
-
-        def on_retimed(key: str, result: dict[str, Any]) -> None:
-            """A second timing is kept where it ran at a faster pace than the first."""
-            first = fresh[key]
-            m = self._measurement(info, key, rows[key][2], result, first, first.load or 0.0)
-            if m.status == OK and m.pace and m.pace < first.pace:
-                self.cache.put(m)
-                self.stats.retimed += 1
-                settle(key, m)
 
         def skip(key: str) -> str | None:
             return next((hung[t] for t in sorted(_op_types(rows[key][1])) if t in hung), None)
 
-        def items(keys: list[str]) -> list[Item]:
-            return [Item(k, functools.partial(self.region_text, rows[k][1]),
-                         skip=functools.partial(skip, k), stop_above=bounds.get(k))
-                    for k in keys]
-
-        fresh: dict[str, Measurement] = {}  # ok rows timed here, with a pace
         try:
-            client.measure(items(keys), info.batch, on_result)
-            slow = self._slow(fresh)
-            if slow:
-                client.measure(items(slow), info.batch, on_retimed)
+            client.measure([Item(k, functools.partial(self.region_text, rows[k][1]),
+                                 skip=functools.partial(skip, k), stop_above=bounds.get(k))
+                            for k in keys],
+                           info.batch, on_result)
         finally:
             self.stats.restarts += client.restarts
             client.stop()
             self.cache.release(keys, self.claimant)  # those not measured after all
-
-    def _slow(self, fresh: Mapping[str, Measurement]) -> list[str]:
-        """The keys of `fresh` timed while their host ran more than `SLOW_PACE` times slower
-        than the fastest pace recorded on it (the stats count them and the slowest)."""
-        fastest: dict[str, float | None] = {}
-        slow = []
-        for key, m in fresh.items():
-            if m.host not in fastest:
-                fastest[m.host] = self.cache.fastest_pace(m.host)
-            reference = fastest[m.host]
-            if not reference or not m.pace:
-                continue
-            self.stats.slowest_pace = max(self.stats.slowest_pace, m.pace / reference)
-            if m.pace > SLOW_PACE * reference:
-                slow.append(key)
-        self.stats.slow += len(slow)
-        return slow
 
     def _measure_remote(self, plan: Mapping[str, list[str]],
                         rows: dict[str, tuple[BackendInfo, SubGraph, RegionKey]], settle,
@@ -743,7 +696,7 @@ class MeasuringEstimator(CostEstimator):
             status=status, median=result.get("median"), p90=result.get("p90"),
             spread=result.get("spread"), runs=int(result.get("runs") or 0),
             error=result.get("error") or "", timeout_s=self.timeout_s, attempts=attempts,
-            load=load, pace=result.get("pace"))
+            load=load)
 
     def _count(self, m: Measurement) -> None:
         s = self.stats

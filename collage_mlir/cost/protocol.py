@@ -49,9 +49,6 @@ class MeasureSettings:
     settle_window: int = 5
     rtol: float = 1e-2
     atol_scale: float = 3e-3
-    pace: bool = True
-    """Record the host's pace with every timing (`cost.pace`), for backends whose kernels
-    run on this host's cores; costs are scaled to one pace per host."""
 
     @property
     def method(self) -> str:

@@ -18,7 +18,7 @@ Statuses:
   `after_s`); `attempts` counts the timeouts in a row.
 
 Every row also keeps the machine's `load` when it was measured (other runnable tasks per
-core, from the load average) and its `pace` (how fast the host ran, `cost.pace`); `stale` marks an `ok` row to be measured again by the next run
+core, from the load average); `stale` marks an `ok` row to be measured again by the next run
 that needs it (`collage-mlir cache remeasure --noisy`). Transitions that failed keep their
 timeout and attempts too and are retried by `TRANSITION_RETRY`.
 """
@@ -67,9 +67,6 @@ class Measurement:
     """Other runnable tasks per core while it was measured (None: not recorded)."""
     stale: bool = False
     """Marked to be measured again by the next run that needs it."""
-    pace: float | None = None
-    """The host's pace while it was timed: seconds per call of `cost.pace`'s canary (None:
-    not recorded). The estimator scales `median` to one pace per host."""
 
     @property
     def noisy(self) -> bool:

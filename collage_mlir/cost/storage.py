@@ -33,7 +33,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import astuple, replace
+from dataclasses import astuple
 from typing import Any, ClassVar, TypeVar
 
 from collage_mlir.cost.records import (
@@ -49,12 +49,11 @@ from collage_mlir.errors import CollageError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 2
 """1: the first schema. 2: status `timeout`; measurements gain `timeout_s`, `attempts`,
-`load`, `stale`; transitions gain `timeout_s`, `attempts`; claims. 3: measurements gain
-`pace`."""
+`load`, `stale`; transitions gain `timeout_s`, `attempts`; claims."""
 
-MEASUREMENTS_V2 = """
+MEASUREMENTS = """
 CREATE TABLE IF NOT EXISTS measurements (
     key TEXT PRIMARY KEY,
     region TEXT NOT NULL,
@@ -73,12 +72,6 @@ CREATE TABLE IF NOT EXISTS measurements (
     load DOUBLE PRECISION,
     stale INTEGER NOT NULL DEFAULT 0
 )"""
-"""The measurements table of schema 2 (the SQLite migration from 1 rebuilds it so)."""
-PACE_COLUMN = "ALTER TABLE measurements ADD COLUMN pace DOUBLE PRECISION"
-"""Schema 2 → 3, on both engines."""
-MEASUREMENTS = MEASUREMENTS_V2.replace("stale INTEGER NOT NULL DEFAULT 0\n",
-                                       "stale INTEGER NOT NULL DEFAULT 0,\n"
-                                       "    pace DOUBLE PRECISION\n")
 TRANSITIONS = """
 CREATE TABLE IF NOT EXISTS transitions (
     key TEXT PRIMARY KEY,
@@ -269,13 +262,6 @@ class CacheStore(ABC):
             q, args = q + " WHERE backend = ?", (backend,)
         return [measurement(row) for row in self._rows(q + " ORDER BY created, key", args)]
 
-    @_reads
-    def fastest_pace(self, host: str) -> float | None:
-        """The fastest pace recorded on `host` (`cost.pace`; None: none recorded)."""
-        rows = self._rows("SELECT MIN(pace) FROM measurements WHERE host = ? AND pace > 0",
-                          (host,))
-        return float(rows[0][0]) if rows and rows[0][0] is not None else None
-
     def mark_stale(self, keys: Iterable[str]) -> int:
         """Mark ok rows to be measured again by the next run that needs them (they keep
         their cost meanwhile); returns how many were marked."""
@@ -427,8 +413,8 @@ class CacheStore(ABC):
 
 def _values(m: Measurement) -> tuple:
     """A measurement as the row it is stored as (`stale` as 0 / 1 on both engines)."""
-    return tuple(int(v) if c == "stale" else v
-                 for c, v in zip(MEASUREMENT_COLUMNS, astuple(m), strict=True))
+    values = astuple(m)
+    return (*values[:-1], int(values[-1]))
 
 
 def _transition_values(t: Transition) -> tuple:
@@ -438,10 +424,10 @@ def _transition_values(t: Transition) -> tuple:
 
 
 def measurement(row: Sequence[Any]) -> Measurement:
-    """A stored row as a Measurement (a row of an older schema, read-only, gets the new
-    fields' defaults)."""
+    """A stored row as a Measurement (a schema-1 row, read-only, gets the new fields'
+    defaults)."""
     m = Measurement(*row)
-    return m if isinstance(m.stale, bool) else replace(m, stale=bool(m.stale))
+    return m if isinstance(m.stale, bool) else Measurement(*row[:-1], stale=bool(m.stale))
 
 
 def transition(row: Sequence[Any]) -> Transition:

@@ -13,10 +13,9 @@ cannot corrupt the channel). Commands:
   `{"event": "ready", "name", "version", "options", "reference_error"}`
 - `{"cmd": "measure", "items": [{"id", "text", "stop_above"?}], "batch": bool}` → per batch
   `{"event": "compiling", "ids"}`; per item `{"event": "start", "id"}` then
-  `{"event": "result", "id", "status", "median", "p90", "spread", "runs", "error", "pace"}`;
+  `{"event": "result", "id", "status", "median", "p90", "spread", "runs", "error"}`;
   finally `{"event": "done"}` (`stop_above`: seconds beyond which timing may stop early,
-  `time_kernel`; an ok result's `error` holds its notes: unchecked and why, `CUT_SHORT`;
-  `pace`: the host's pace around the timing, `cost.pace`, or null),
+  `time_kernel`; an ok result's `error` holds its notes: unchecked and why, `CUT_SHORT`),
   or `{"event": "retiring"}` after a kernel failed at run time: the worker then exits, and
   a fresh one takes the items it did not answer (a GPU kernel's fault can leave the
   process's device context unusable, and every later region would fail there for no fault
@@ -41,7 +40,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from collage_mlir.cost.pace import Pacer, during
 from collage_mlir.cost.protocol import SYS_PATH_ENV, MeasureSettings, load_backend
 from collage_mlir.cost.references import Outputs, ReferenceOutputs, text_digest
 from collage_mlir.cost.timing import CUT_SHORT, stopped_at_bound, summarize, time_kernel
@@ -108,7 +106,6 @@ class Worker:
         self.spec_key = ""
         self.peers: dict[str, Any] = {}
         self.rings = Rings()
-        self.pacer: Pacer | None = None
 
     def send(self, **msg: Any) -> None:
         self.out.write(json.dumps(msg) + "\n")
@@ -119,8 +116,6 @@ class Worker:
         if self.watchdog is not None:
             self.watchdog.limit_bytes = int(msg.get("memory_limit") or 0)
         self.backend = load_backend(msg["backend"])
-        if self.settings.pace and getattr(self.backend, "host_bound", True):
-            self.pacer = Pacer()
         self.spec_key = json.dumps(msg["backend"], sort_keys=True)
         self.references = ReferenceOutputs(msg.get("reference_dir"))
         self.is_reference = msg.get("reference") == msg["backend"]
@@ -202,13 +197,12 @@ class Worker:
             self.references.put(digest, outputs)
         note = f"unchecked: {wants}" if isinstance(wants, str) else ""
         try:
-            times, pace = during(self.pacer, lambda: time_kernel(
-                kernel, input_sets[0], self.settings, stop_above))
+            times = time_kernel(kernel, input_sets[0], self.settings, stop_above)
         except Exception as e:
             return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
         if stopped_at_bound(times, self.settings, stop_above):
             note = "; ".join(filter(None, [note, CUT_SHORT]))
-        return {"status": "ok", "error": note, **summarize(times), "pace": pace}
+        return {"status": "ok", "error": note, **summarize(times)}
 
     def _checked_calls(self, kernel: Any, input_sets: list[list[np.ndarray]],
                        wants: Outputs | str) -> tuple[Outputs, dict[str, Any] | None]:

@@ -178,13 +178,6 @@ class BatchingTestBackend(NumpyTestBackend):
         return [self.compile(m) for m in modules]  # one crash takes the whole batch down
 
 
-class DeviceTestBackend(NumpyTestBackend):
-    """Stands for a device backend (a GPU's): its timings do not move with the host's pace."""
-
-    name = "device_test"
-    host_bound = False
-
-
 # -- faults at compile or at run, in measurement or in the final compile (issue 15 audit) ----
 
 STAGED_RUN_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak", "wrong_shape",

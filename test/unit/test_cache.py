@@ -260,7 +260,7 @@ def test_every_value_reads_back_as_written(location):
     PRECISION), None stays None, `stale` is a bool, a NUL in a crash's output is kept
     readable."""
     row = Measurement("k", "r", "b", "v", "o", "h", "sig", "timeout", 1 / 3, 2 / 3, 0.1, 7,
-                      "died\x00here", 1795400000.123456, 2.5, 3, 0.25, True, 1 / 7)
+                      "died\x00here", 1795400000.123456, 2.5, 3, 0.25, True)
     with open_cache(location) as c:
         c.put(row)
         got = c.get("k")
@@ -367,8 +367,8 @@ def test_a_cache_of_a_newer_schema_is_refused_for_writing(location):
     with open_cache(location) as c:
         c.put(_row("a"))
         with c._write():
-            c._run("UPDATE meta SET value = '4' WHERE name = 'schema'")
-    with pytest.raises(CollageError, match="newer collage-mlir.*schema 4"):
+            c._run("UPDATE meta SET value = '3' WHERE name = 'schema'")
+    with pytest.raises(CollageError, match="newer collage-mlir.*schema 3"):
         open_cache(location)
     with open_cache(location, readonly=True) as c:  # reading still works
         assert c.get("a").status == OK
@@ -457,7 +457,7 @@ def test_export_import_round_trip_between_stores(tmp_path, location):
     with open_cache(tmp_path / "source.sqlite") as c:
         c.put_many([_row("a"), _row("b", INVALID, None),
                     Measurement(**{**_row("s").__dict__, "stale": True, "load": 0.7,
-                                   "timeout_s": 30.0, "median": 1 / 3, "pace": 1.25e-3})])
+                                   "timeout_s": 30.0, "median": 1 / 3})])
         c.put_transition(Transition("t", "x", "y", "h", OK, 1e-5, 2e-10, [(1024, 1.2e-5)]))
         c.put_capability("cap", "b", 0xff)
         first = io.StringIO()
@@ -470,45 +470,6 @@ def test_export_import_round_trip_between_stores(tmp_path, location):
         export_cache(c, again)
     assert again.getvalue().splitlines()[1:] == first.getvalue().splitlines()[1:]
     assert json.loads(again.getvalue().splitlines()[0])["source"] == c.location
-
-
-def test_a_schema_2_export_imports_with_no_pace(tmp_path):
-    """Rows exported before schema 3 lack `pace`: they import with none (unscaled)."""
-    from collage_mlir.cost.cache_export import import_cache
-    from collage_mlir.errors import CollageError
-
-    old = _row("a")
-    row = {k: v for k, v in old.__dict__.items() if k != "pace"}
-    lines = ['{"format": "collage-mlir-cache", "version": 1, "schema": 2}',
-             json.dumps({"table": "measurements", "row": row})]
-    with open_cache(tmp_path / "c.sqlite") as c:
-        assert import_cache(c, lines, "x")[1]["measurements"] == 1
-        assert c.get("a") == old and old.pace is None
-        with pytest.raises(CollageError, match="x:2: measurements row: unknown pace"):
-            import_cache(c, [lines[0], json.dumps({"table": "measurements",
-                                                   "row": {**row, "pace": 1.0}})], "x")
-        with pytest.raises(CollageError, match="imports schemas 2 to 3"):
-            import_cache(c, [lines[0].replace('"schema": 2', '"schema": 1'), lines[1]], "x")
-
-
-def test_a_schema_2_store_gains_the_pace_column_with_its_rows_kept(location):
-    """Schema 2 → 3 on both engines: the column added, every row kept (pace unset), and
-    the fastest pace per host read back."""
-    old = _row("old")
-    with open_cache(location) as c:
-        c.put(old)
-        with c._write():
-            c._run("ALTER TABLE measurements DROP COLUMN pace")
-            c._run("UPDATE meta SET value = '2' WHERE name = 'schema'")
-    with open_cache(location, readonly=True) as c:  # an old store reads as it is
-        assert c.get("old") == old
-    with open_cache(location) as c:
-        assert "pace" in c._columns("measurements")
-        assert c.get("old") == old and c.fastest_pace("h") is None
-        c.put_many([Measurement(**{**_row(k).__dict__, "pace": p, "host": h})
-                    for k, p, h in (("a", 2e-3, "h"), ("b", 1e-3, "h"), ("c", 5e-4, "g"))])
-        assert (c.fastest_pace("h"), c.fastest_pace("g"), c.fastest_pace("x")) == (
-            1e-3, 5e-4, None)
 
 
 def test_import_keeps_the_newest_row_of_each_key(location):
@@ -604,7 +565,7 @@ def test_a_schema_1_cache_is_migrated_with_every_row_kept(tmp_path):
         for key in ("a", "c"):
             assert tuple(rows[key].__dict__.values())[:14] == old[key]
             assert (rows[key].timeout_s, rows[key].attempts, rows[key].load,
-                    rows[key].stale, rows[key].pace) == (None, 0, None, False, None)
+                    rows[key].stale) == (None, 0, None, False)
         t = rows["t"]
         assert (t.status, t.timeout_s, t.attempts) == (TIMEOUT, 60.0, 1)
         assert tuple(t.__dict__.values())[:14] == old["t"][:7] + (TIMEOUT,) + old["t"][8:]
@@ -614,7 +575,7 @@ def test_a_schema_1_cache_is_migrated_with_every_row_kept(tmp_path):
     with MeasurementCache(path) as c:  # a second open does not migrate again
         assert len(c.measurements()) == 4
     schema = sqlite3.connect(path).execute("SELECT value FROM meta WHERE name = 'schema'")
-    assert schema.fetchone()[0] == str(SCHEMA_VERSION) == "3"
+    assert schema.fetchone()[0] == str(SCHEMA_VERSION) == "2"
 
 
 def test_a_damaged_text_value_is_read_not_an_internal_error(tmp_path):
