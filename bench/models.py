@@ -1,8 +1,9 @@
 """A zoo of models exported the way users export them, with random but well-scaled weights.
 
 Each model is a `transformers` architecture built from its config (no weights can be
-downloaded here), or DeepSpeech2 (GRUs; written out below as torch modules), written by `torch.onnx.export` (the TorchScript exporter, opset 17, no
-simplifier): the files keep the run-time shape computations (Shape → Gather → Concat →
+downloaded here), or one written out below as torch modules (DeepSpeech2's GRUs, fast
+neural style's instance norms), written by `torch.onnx.export` (the TorchScript exporter,
+opset 17, no simplifier): the files keep the run-time shape computations (Shape → Gather → Concat →
 Reshape, attention masks from the sequence length) that users' exports contain.
 
 Why re-initialise: the configs' default init makes deep CNN outputs ~1e-20 (denormals, which
@@ -131,6 +132,47 @@ def _deepspeech2(hidden: int = 512, layers: int = 3, features: int = 161
     return build
 
 
+def _fast_neural_style() -> Callable[[], object]:
+    """Fast neural style transfer (Johnson et al. 2016; the layout of pytorch/examples'
+    TransformerNet, which the ONNX model zoo's style-transfer models were exported from):
+    reflection-padded convolutions with instance norms, five residual blocks at a quarter of
+    the resolution, nearest-neighbour upsampling back. Instance norms, reflection pads and
+    resizes over large maps: ops the classifiers of the zoo do not have."""
+    def build():
+        torch, _ = _require()
+        nn = torch.nn
+
+        def conv(i: int, o: int, k: int, stride: int = 1) -> nn.Module:
+            return nn.Sequential(nn.ReflectionPad2d(k // 2), nn.Conv2d(i, o, k, stride))
+
+        def block(i: int, o: int, k: int, stride: int = 1, up: bool = False) -> list:
+            return [*([nn.Upsample(scale_factor=2, mode="nearest")] if up else []),
+                    conv(i, o, k, stride), nn.InstanceNorm2d(o, affine=True), nn.ReLU()]
+
+        class Residual(nn.Module):
+            def __init__(self, c: int) -> None:
+                super().__init__()
+                self.body = nn.Sequential(*block(c, c, 3)[:-1], nn.ReLU(), conv(c, c, 3),
+                                          nn.InstanceNorm2d(c, affine=True))
+
+            def forward(self, x):
+                return x + self.body(x)
+
+        class TransformerNet(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = nn.Sequential(
+                    *block(3, 32, 9), *block(32, 64, 3, 2), *block(64, 128, 3, 2),
+                    *(Residual(128) for _ in range(5)),
+                    *block(128, 64, 3, up=True), *block(64, 32, 3, up=True), conv(32, 3, 9))
+
+            def forward(self, image):
+                return self.net(image)
+
+        return TransformerNet()
+    return build
+
+
 ZOO: dict[str, ZooModel] = {
     "bert_base": ZooModel(_encoder("BertModel", "BertConfig"), _tokens(30522, 128),
                           "last_hidden_state"),
@@ -155,6 +197,8 @@ ZOO: dict[str, ZooModel] = {
                               {"input_values": ((1, 16000), "image")}, "last_hidden_state"),
     "deepspeech2": ZooModel(_deepspeech2(), {"spectrogram": ((1, 1, 161, 200), "image")},
                             "log_probs"),
+    "fast_neural_style": ZooModel(_fast_neural_style(), {"image": ((1, 3, 224, 224), "image")},
+                                  "stylized"),
     # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,
