@@ -26,7 +26,7 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.isolated import Probed, probe_final
 from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
-from collage_mlir.check.verify import check_pick
+from collage_mlir.check.verify import check_pick, drifted
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
@@ -44,6 +44,7 @@ from collage_mlir.runtime.report import (
     Rejection,
     ReportRow,
     Trial,
+    Verdict,
     run_notes,
     summarize_op_types,
 )
@@ -469,6 +470,8 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
         with _timed(timings, "verify"):
             verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s,
                                        probed.whole)
+            if verdict is not None:
+                remeasure_drifted(estimator, verdict, partitioning, alternatives)
             if kept is not None:
                 result = None  # the pick's kernels go before the kept model is compiled
                 refine_base = clone_module(pristine) if refining else None
@@ -490,6 +493,17 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
         refinement.report(refinement.estimate_s) if refinement else [])
     out.refinement = refinement
     return out
+
+
+def remeasure_drifted(estimator: CostEstimator, verdict: Verdict, pick: Partitioning,
+                      alternatives: list[Partitioning]) -> None:
+    """Whole models whose cached cost the check found far off: measured again by the next
+    run (`check.verify.drifted`), and said so on stderr."""
+    for candidate, cached, timed in drifted(verdict, pick, alternatives):
+        if estimator.remeasure([candidate]):
+            print(f"collage: {candidate.backend}'s whole model ran {timed * 1e3:.3f} ms "
+                  f"end to end, its cached cost says {cached * 1e3:.3f} ms: measured again "
+                  "by the next run", file=sys.stderr, flush=True)
 
 
 def merge_trial(m: Merge) -> Trial:

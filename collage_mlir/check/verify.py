@@ -74,6 +74,31 @@ def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidateParti
     return out[:MAX_ALTERNATIVES]
 
 
+COST_DRIFT = 1.25
+"""A whole model's cached cost this many times off its end-to-end time (either way) was
+measured in a moment unlike this one (these VMs drift up to 1.9x for seconds at a time);
+its row is measured again by the next run that needs it."""
+
+
+def drifted(verdict: Verdict, pick: Partitioning, alternatives: Sequence[Partitioning]
+            ) -> list[tuple[CandidatePartition, float, float]]:
+    """The whole models among the contenders (the alternatives, and the pick when it is one
+    region over the whole function) whose cached cost lies more than `COST_DRIFT` times off
+    the median the end-to-end check timed: (candidate, cached s, timed s). A whole model
+    has no hand-offs, so its cost is its kernel's, timed there as a contender."""
+    contenders = [(f"{a.choices[0].candidate.backend} whole", a.choices[0])
+                  for a in alternatives]
+    if len(pick.choices) == 1 and pick.choices[0].candidate.inside == pick.graph.op_bits:
+        contenders.append((PICK, pick.choices[0]))
+    out = []
+    for name, choice in contenders:
+        timed = verdict.timings.get(name)
+        if timed and math.isfinite(choice.cost) and choice.cost > 0 and \
+                max(timed, choice.cost) > COST_DRIFT * min(timed, choice.cost):
+            out.append((choice.candidate, choice.cost, timed))
+    return out
+
+
 def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = 5, hi: int = 15) -> int:
     """Timed rounds that fit `budget_s`, given each contender's estimated seconds."""
     per_round = max(sum(e for e in estimates if math.isfinite(e)), 1e-6)

@@ -57,6 +57,12 @@ class CostEstimator(abc.ABC):
         `dst_backend`. The same backend on both sides is a real boundary too (two calls
         instead of one); estimators may price it, or return 0."""
 
+    def remeasure(self, candidates: Sequence[CandidatePartition]) -> int:
+        """Have the costs of `candidates` measured again by the next run that needs them
+        (they keep their cost meanwhile); how many were marked. Nothing to do for an
+        estimator that measures nothing."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 (a hook: most estimators hold nothing)
         """Release what the estimator holds (a cache connection, worker processes, scratch
         files). Idempotent; the estimator is not used afterwards."""

@@ -381,6 +381,11 @@ class MeasuringEstimator(CostEstimator):
         return measurement_key(rk, info.name, info.version, info.options, host=self.host,
                                method=self.settings.method)
 
+    def remeasure(self, candidates: Sequence[CandidatePartition]) -> int:
+        """Mark the cached rows of `candidates` stale (`CacheStore.mark_stale`)."""
+        keys = [k for k in (self.key(c) for c in candidates) if k is not None]
+        return self.cache.mark_stale(keys) if keys else 0
+
     # -- estimate -----------------------------------------------------------------------
 
     def reason(self, candidate: CandidatePartition) -> str:

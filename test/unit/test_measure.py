@@ -989,3 +989,16 @@ def test_a_wrong_kernel_runs_only_until_its_first_wrong_call(tmp_path, graph, mo
     worker.measure({"items": [{"id": "0", "text": module_text(relu.sub_graph.extract("r"))}]})
     assert channel.results["0"]["status"] == INVALID
     assert len(runs) == calls  # wrong on its first call: the second input set is not run
+
+
+def test_remeasure_marks_the_candidates_rows_for_the_next_run(tmp_path, graph):
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        first = est.estimate(cands)
+        assert est.remeasure([cands[0]]) == 1
+        stale = {r.key for r in est.cache.measurements() if r.stale}
+        assert stale == {est.key(cands[0])}
+        again = est.estimate(cands)
+        assert est.stats.measured == 1 and est.stats.hits == 3
+        assert math.isfinite(again[0]) and again[1:] == first[1:]
+        assert not any(r.stale for r in est.cache.measurements())

@@ -359,3 +359,69 @@ def test_picks_are_timed_against_the_cheapest_whole_models_however_dear():
     one = Partitioning(graph, (Choice(whole[0], 1.0),), 1.0)  # one region: the cheapest other
     alternatives = verify.whole_alternatives(graph, candidates, [1.0, 40.0, 1.0, 1.0], one, None)
     assert [a.choices[0].candidate.backend for a in alternatives] == ["openvino"]
+
+
+# -- cached costs the check finds far off are measured again ---------------------------------
+
+
+def test_a_whole_model_timed_far_from_its_cached_cost_has_drifted():
+    from types import SimpleNamespace
+
+    from collage_mlir.runtime.report import Verdict
+
+    def choice(backend, cost, inside=0b111):
+        return SimpleNamespace(candidate=SimpleNamespace(backend=backend, inside=inside),
+                               cost=cost)
+
+    def whole(backend, cost):
+        return SimpleNamespace(choices=[choice(backend, cost)])
+
+    graph = SimpleNamespace(op_bits=0b111)
+    split = SimpleNamespace(graph=graph, choices=[choice("ort", 0.1, 0b1),
+                                                  choice("ov", 0.1, 0b110)])
+    alts = [whole("openvino", 0.010), whole("iree", 0.020), whole("tvm", float("inf"))]
+    verdict = Verdict("pick", {verify.PICK: 0.5, "openvino whole": 0.0125,
+                               "iree whole": 0.0161, "tvm whole": 0.5})
+    assert verify.drifted(verdict, split, alts) == []  # 1.25x, 1/1.24x: inside; inf: no cost
+    verdict.timings["openvino whole"] = 0.0126
+    verdict.timings["iree whole"] = 0.0150
+    assert [(c.backend, cached, timed) for c, cached, timed
+            in verify.drifted(verdict, split, alts)] == [("openvino", 0.010, 0.0126),
+                                                          ("iree", 0.020, 0.0150)]
+    one = SimpleNamespace(graph=graph, choices=[choice("ort", 0.2)])  # the pick, whole
+    assert [c.backend for c, *_ in verify.drifted(verdict, one, alts[2:])] == ["ort"]
+    verdict.timings[verify.PICK] = 0.21
+    assert verify.drifted(verdict, one, alts[2:]) == []
+
+
+class RemeasureRecorder(CostEstimator):
+    """Test double: the table's costs; records what it is asked to measure again."""
+
+    def __init__(self, table) -> None:
+        from collage_mlir.cost.table import TableEstimator
+
+        self.table = TableEstimator.from_json(table)
+        self.asked: list[list] = []
+
+    def estimate(self, candidates, progress=None):
+        return self.table.estimate(candidates, progress)
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return self.table.transition_cost(src_backend, dst_backend, nbytes)
+
+    def remeasure(self, candidates):
+        self.asked.append(list(candidates))
+        return len(candidates)
+
+
+@needs_two
+def test_the_check_has_a_drifted_whole_model_measured_again(tmp_path, monkeypatch, capsys):
+    est = RemeasureRecorder(whole_favouring(tmp_path))
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 1.0, "openvino whole": 1e-3}, again=1.0))
+    collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                         refine_budget_s=0, estimator=est)
+    asked = [c.backend for cands in est.asked for c in cands]
+    assert "openvino" in asked and len(asked) == len(set(asked))  # (the pick's too: far off)
+    assert "collage: openvino's whole model ran 1.000 ms end to end, its cached cost says" \
+        in capsys.readouterr().err
