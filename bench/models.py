@@ -3,8 +3,8 @@
 Each model is a `transformers` architecture built from its config (no weights can be
 downloaded here), or one written out below as torch modules (DeepSpeech2's GRUs, fast
 neural style's instance norms), written by `torch.onnx.export` (the TorchScript exporter,
-opset 17, no simplifier): the files keep the run-time shape computations (Shape → Gather → Concat →
-Reshape, attention masks from the sequence length) that users' exports contain.
+opset 17, no simplifier): the files keep the run-time shape computations (Shape → Gather →
+Concat → Reshape, attention masks from the sequence length) that users' exports contain.
 
 Why re-initialise: the configs' default init makes deep CNN outputs ~1e-20 (denormals, which
 time differently per backend and make output checks meaningless). So linear and convolution
