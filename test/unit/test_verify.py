@@ -425,3 +425,21 @@ def test_the_check_has_a_drifted_whole_model_measured_again(tmp_path, monkeypatc
     assert "openvino" in asked and len(asked) == len(set(asked))  # (the pick's too: far off)
     assert "collage: openvino's whole model ran 1.000 ms end to end, its cached cost says" \
         in capsys.readouterr().err
+
+
+@needs_two
+def test_a_cache_that_cannot_mark_leaves_the_run_standing(tmp_path, monkeypatch, capsys):
+    from collage_mlir.errors import CollageError
+
+    class Unmarkable(RemeasureRecorder):
+        def remeasure(self, candidates):
+            raise CollageError("c.sqlite: the cache is read-only")
+
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 1.0, "openvino whole": 1e-3}, again=1.0))
+    model = collage_mlir.compile(relu_chain(), backends=GRAPH_BACKENDS, verify=True,
+                                 refine_budget_s=0,
+                                 estimator=Unmarkable(whole_favouring(tmp_path)))
+    assert model.verdict is not None
+    assert "not marked to be measured again: c.sqlite: the cache is read-only" \
+        in capsys.readouterr().err
