@@ -1,0 +1,316 @@
+"""The mixing ceiling: how much faster than the better whole model any split could run.
+
+Per-op timings taken alone say where the backends' winners differ; they include each call's
+fixed cost and miss the fusions a whole model gets, so they overstate what a mix can gain.
+This benchmark asks the whole models instead. onnxruntime and OpenVINO each run the model
+whole, in alternating rounds, under their own profilers (session profiling; PERF_COUNT), with
+the settings Collage's backends use. Every profiled kernel is charged to the ONNX node it
+computes: by its name where the backend kept it, through OpenVINO's `originalLayersNames`
+where it fused several. Nodes that both backends fuse into their producer (Relu,
+BatchNormalization, a bias Add, ...) are charged to that producer's "anchor": the nearest
+compute node upstream (Conv, Gemm, MatMul, LRN, a norm, a pool, ...).
+
+    ceiling = min(Σ onnxruntime, Σ OpenVINO) / Σ over anchors of the faster backend's time
+
+is the speed-up of a mix that hands off for free and keeps every fusion both backends make:
+an upper bound on any partition of these two backends. Kernels a backend does not name (an
+onnxruntime fusion such as SkipLayerNormalization keeps no source names, OpenVINO renames
+recurrent layers) and anchors only one backend timed form each backend's remainder; the
+oracle takes the smaller remainder as one block, so the ceiling is an upper bound only on
+the anchors both backends timed: the remainder column says how much that leaves out.
+A ceiling near 1.0 means no partition can pay on this model on this machine.
+
+    python bench/ceiling.py [--models resnet50,light:zfnet512,m.onnx] [--rounds 30] [--top 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.dirname(__file__))
+import e2e  # noqa: E402  (model naming shared with the end-to-end benchmark)
+import models  # noqa: E402
+
+ANCHORS = frozenset({
+    "Conv", "ConvTranspose", "Gemm", "MatMul", "LRN", "GRU", "LSTM", "RNN",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "ReduceMean", "Resize",
+    "Pad", "Concat", "CumSum", "Gather", "Einsum", "Attention",
+})
+"""Node kinds that own their own kernel in both backends; anything else is charged upstream."""
+
+MOVES = frozenset({
+    "Reorder", "ReorderInput", "ReorderOutput", "Reshape", "Transpose", "Concatenation",
+    "Concat", "Squeeze", "Unsqueeze", "Identity", "Input", "Output", "Parameter", "Result",
+    "Const", "Constant",
+})
+"""Kernel kinds (either backend's word) that move data: they are charged to an anchor, but
+do not show that a backend computed it."""
+
+WARMUP = 5
+
+
+class Kernel(NamedTuple):
+    """A profiled kernel: the names it answers to (its own first), its kind in the
+    backend's words, its ms per run."""
+
+    names: tuple[str, ...]
+    kind: str
+    ms: float
+
+
+class Attribution:
+    """Maps a backend's kernel names onto the anchors of an ONNX graph."""
+
+    def __init__(self, model: onnx.ModelProto, max_hops: int = 4) -> None:
+        self.nodes = {n.name: n for n in model.graph.node if n.name}
+        self.producer = {out: n for n in model.graph.node for out in n.output}
+        self.order = [n.name for n in model.graph.node]
+        self.max_hops = max_hops
+
+    def node_of(self, name: str) -> onnx.NodeProto | None:
+        """The ONNX node a kernel name stands for: a node's name or output, possibly with
+        the decorations the backends add (onnxruntime: "fused ", "_nchwc", "_token_N",
+        "/MatMulAddFusion"; OpenVINO: "/WithoutBiases")."""
+        if name in self.nodes:
+            return self.nodes[name]
+        if name in self.producer:
+            return self.producer[name]
+        for prefix in ("fused ",):
+            if name.startswith(prefix):
+                return self.node_of(name[len(prefix):])
+        for mark in ("/MatMulAddFusion", "/MatMulScaleFusion", "/WithoutBiases", "_token_",
+                     "_nchwc"):
+            if mark in name:
+                return self.node_of(name[:name.index(mark)])
+        return None
+
+    def anchor(self, node: onnx.NodeProto) -> str:
+        """The anchor a node's time is charged to: itself if it is a compute node, else
+        the nearest compute node up its first data input (at most `max_hops` away)."""
+        start = node
+        for _ in range(self.max_hops + 1):
+            if node.op_type in ANCHORS:
+                return node.name
+            upstream = next((self.producer[i] for i in node.input if i in self.producer), None)
+            if upstream is None:
+                break
+            node = upstream
+        return start.name
+
+    def charge(self, kernels: Iterable[Kernel]) -> tuple[dict[str, float], float]:
+        """({anchor: ms per run}, unattributed ms per run): each kernel goes to the anchor
+        of the first of its names that maps onto a node. Only anchors some computing kernel
+        (not a data move) reached are kept; the rest of the time is unattributed."""
+        per_anchor: dict[str, float] = defaultdict(float)
+        computed: set[str] = set()
+        lost = 0.0
+        for k in kernels:
+            node = next((n for n in map(self.node_of, k.names) if n is not None), None)
+            if node is None:
+                lost += k.ms
+                continue
+            anchor = self.anchor(node)
+            per_anchor[anchor] += k.ms
+            if k.kind not in MOVES:
+                computed.add(anchor)
+        lost += sum(ms for a, ms in per_anchor.items() if a not in computed)
+        return {a: ms for a, ms in per_anchor.items() if a in computed}, lost
+
+
+@dataclass
+class Ceiling:
+    """Both backends' in-chain times, anchor by anchor, and the bound they give."""
+
+    totals: dict[str, float]
+    per_anchor: dict[str, dict[str, float]]
+    unattributed: dict[str, float]
+
+    def common(self) -> set[str]:
+        """Anchors every backend timed: the ones a mix can place either way."""
+        return set.intersection(*(set(t) for t in self.per_anchor.values()))
+
+    def remainder(self, backend: str) -> float:
+        """What `backend` spent outside the common anchors: its unattributed kernels and
+        the anchors only it timed (e.g. recurrent layers OpenVINO renames)."""
+        common = self.common()
+        own = sum(ms for a, ms in self.per_anchor[backend].items() if a not in common)
+        return self.unattributed[backend] + own
+
+    @property
+    def oracle(self) -> float:
+        """Σ over common anchors of the faster backend, plus the smaller remainder (ms)."""
+        names = list(self.totals)
+        best = sum(min(self.per_anchor[b][a] for b in names) for a in self.common())
+        return best + min(self.remainder(b) for b in names)
+
+    @property
+    def ratio(self) -> float:
+        """The better whole model over the oracle: the most any mix could gain."""
+        return min(self.totals.values()) / self.oracle if self.oracle > 0 else 1.0
+
+    def differing(self, top: int) -> list[tuple[str, dict[str, float]]]:
+        """The `top` anchors where the slower whole model's backend is faster, by gain."""
+        names = list(self.totals)
+        leader = min(names, key=self.totals.__getitem__)
+        gains = []
+        for a in self.common():
+            times = {b: self.per_anchor[b][a] for b in names}
+            gain = times[leader] - min(times.values())
+            if gain > 0:
+                gains.append((gain, a, times))
+        return [(a, times) for _, a, times in sorted(gains, reverse=True)[:top]]
+
+
+def medians(rounds: list[dict[tuple[str, str], float]]) -> dict[tuple[str, str], float]:
+    """Per kernel, the median of its ms over rounds (0 in a round it did not run): one
+    slow moment on a shared machine moves a mean, not a median."""
+    keys = {k for r in rounds for k in r}
+    return {k: float(np.median([r.get(k, 0.0) for r in rounds])) for k in keys}
+
+
+def ort_kernels(session) -> list[Kernel]:
+    """onnxruntime's node events, run by run after the warm-up, as median ms per run."""
+    events = json.load(open(session.end_profiling()))
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
+    starts = [start for start, _ in runs]
+    rounds: list[dict[tuple[str, str], float]] = [defaultdict(float) for _ in runs]
+    for e in events:
+        name = e.get("name", "")
+        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        if i >= 0 and e["ts"] <= runs[i][1]:
+            key = (name.removesuffix("_kernel_time"), e.get("args", {}).get("op_name", ""))
+            rounds[i][key] += e["dur"] / 1e3
+    return [Kernel((name,), kind, ms) for (name, kind), ms in medians(rounds[WARMUP:]).items()]
+
+
+def ov_origins(compiled) -> dict[str, tuple[str, ...]]:
+    """OpenVINO's executed node name -> (itself, the layers it fused)."""
+    out = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        fused = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
+        name = op.get_friendly_name()
+        out[name] = (name, *[f for f in fused.split(",") if f and f != name])
+    return out
+
+
+def profile(path: str, feeds: dict[str, np.ndarray], rounds: int,
+            threads: int) -> tuple[dict[str, list[Kernel]], dict[str, float]]:
+    """({backend: kernels}, {backend: wall ms per run}) from alternating profiled rounds."""
+    import time
+
+    import onnxruntime as ort
+    import openvino as ov
+
+    from collage_mlir.backends.onnxruntime import session_options
+    from collage_mlir.backends.openvino import OpenVinoBackend
+
+    so = session_options(threads)
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ceiling-"), "ort")
+    session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": True}
+    compiled = ov.Core().compile_model(path, "CPU", config)
+    request = compiled.create_infer_request()
+    origins = ov_origins(compiled)
+    ov_rounds: list[dict[tuple[str, str], float]] = []
+    wall = {"onnxruntime": [], "openvino": []}
+    for i in range(WARMUP + rounds):
+        t = time.perf_counter()
+        session.run(None, feeds)
+        wall["onnxruntime"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        request.infer(feeds)
+        wall["openvino"].append(time.perf_counter() - t)
+        if i >= WARMUP:
+            times: dict[tuple[str, str], float] = defaultdict(float)
+            for p in request.profiling_info:
+                times[p.node_name, p.node_type] += p.real_time.total_seconds() * 1e3
+            ov_rounds.append(times)
+    kernels = {
+        "onnxruntime": ort_kernels(session),
+        "openvino": [Kernel(origins.get(n, (n,)), kind, ms)
+                     for (n, kind), ms in medians(ov_rounds).items()],
+    }
+    return kernels, {b: float(np.median(w[WARMUP:])) * 1e3 for b, w in wall.items()}
+
+
+def ceiling_of(model: onnx.ModelProto, kernels: dict[str, list[Kernel]]) -> Ceiling:
+    """Charge every backend's kernels to the model's anchors."""
+    attribution = Attribution(model)
+    per_anchor, lost = {}, {}
+    for backend, ks in kernels.items():
+        per_anchor[backend], lost[backend] = attribution.charge(ks)
+    totals = {b: sum(k.ms for k in ks) for b, ks in kernels.items()}
+    return Ceiling(totals, per_anchor, lost)
+
+
+def named(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every unnamed node named, so kernels can be traced back to it."""
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            node.name = f"node{i}_{node.op_type}"
+    return model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="resnet50,mobilenet_v2,fast_neural_style,deepspeech2")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--top", type=int, default=5, help="anchors listed where winners differ")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    names = args.models.split(",")
+    unknown = [n for n in names if not e2e.known_model(n)]
+    if unknown:
+        sys.exit(f"error: unknown model(s) {', '.join(unknown)}")
+    print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | remainder ort / ov ms "
+          "| wall ort / ov ms |")
+    print("|---|---|---|---|---|---|---|")
+    notes = []
+    with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
+        for name in names:
+            label, source = e2e.resolve(name, splat=False)
+            model = named(source if isinstance(source, onnx.ModelProto)
+                          else onnx.load(source))
+            path = os.path.join(scratch, "model.onnx")
+            onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
+            feeds = models.inputs(source if isinstance(source, str) else path)
+            try:
+                kernels, wall = profile(path, feeds, args.rounds, args.threads)
+            except Exception as e:  # a backend that cannot run the model whole: say so, go on
+                print(f"| {label} | cannot profile both whole models: "
+                      f"{str(e).strip().splitlines()[-1][:120]} |||||", flush=True)
+                continue
+            c = ceiling_of(model, kernels)
+            ort_ms, ov_ms = c.totals["onnxruntime"], c.totals["openvino"]
+            print(f"| {label} | {ort_ms:.2f} | {ov_ms:.2f} | {c.oracle:.2f} | {c.ratio:.3f} | "
+                  f"{c.remainder('onnxruntime'):.2f} / {c.remainder('openvino'):.2f} | "
+                  f"{wall['onnxruntime']:.2f} / {wall['openvino']:.2f} |",
+                  flush=True)
+            for anchor, times in c.differing(args.top):
+                op = Attribution(model).nodes[anchor].op_type
+                cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
+                notes.append(f"{label}: {op} {anchor}: {cells}")
+    if notes:
+        print("\nAnchors where the slower whole model's backend is faster:")
+        print("\n".join(f"- {n}" for n in notes))
+
+
+if __name__ == "__main__":
+    main()

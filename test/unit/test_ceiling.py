@@ -1,0 +1,102 @@
+"""bench/ceiling.py's bookkeeping: kernels charged to anchors, the oracle, the remainder.
+
+Profiles here are written by hand in each backend's naming (a test double of what their
+profilers report); no backend runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from ceiling import Attribution, Ceiling, Kernel, ceiling_of, named  # noqa: E402
+
+
+@pytest.fixture
+def model() -> onnx.ModelProto:
+    """conv -> batch norm -> relu -> LRN -> (unnamed) flatten -> gemm -> GRU."""
+    def node(op, ins, out, name=""):
+        return helper.make_node(op, ins, [out], name=name)
+
+    nodes = [
+        node("Conv", ["x", "w"], "c", "conv"),
+        node("BatchNormalization", ["c", "s", "b", "m", "v"], "bn", "bn"),
+        node("Relu", ["bn"], "r", "relu"),
+        node("LRN", ["r"], "l", "lrn"),
+        node("Flatten", ["l"], "f"),
+        node("Gemm", ["f", "g"], "y", "gemm"),
+        node("GRU", ["y", "gw", "gr"], "h", "gru"),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                           [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)])
+    return named(helper.make_model(graph))
+
+
+def test_named_gives_every_node_a_name_and_keeps_the_given_ones(model):
+    names = [n.name for n in model.graph.node]
+    assert names[:4] == ["conv", "bn", "relu", "lrn"]
+    assert names[4] and len(set(names)) == len(names)
+
+
+def test_backend_decorations_map_back_to_their_nodes(model):
+    a = Attribution(model)
+    assert a.node_of("fused conv").name == "conv"
+    assert a.node_of("r_nchwc").name == "relu"  # onnxruntime's NCHWc output name
+    assert a.node_of("conv/WithoutBiases").name == "conv"  # OpenVINO's bias split
+    assert a.node_of("gemm/MatMulAddFusion").name == "gemm"
+    assert a.node_of("gemm_token_12").name == "gemm"
+    assert a.node_of("GRUSequence_4202") is None
+
+
+def test_tails_are_charged_to_the_compute_node_they_hang_off(model):
+    a = Attribution(model)
+    by = {n.name: n for n in model.graph.node}
+    assert a.anchor(by["relu"]) == "conv"
+    assert a.anchor(by["bn"]) == "conv"
+    assert a.anchor(by["lrn"]) == "lrn"
+    assert a.anchor(by[model.graph.node[4].name]) == "lrn"  # the flatten after it
+
+
+def test_charge_keeps_anchors_only_a_data_move_reached_out_of_the_common_set(model):
+    per_anchor, lost = Attribution(model).charge([
+        Kernel(("r_nchwc",), "Conv", 2.0),
+        Kernel(("lrn",), "LRN", 1.0),
+        Kernel(("y_reshape", "gru"), "Reshape", 0.5),  # a move named after the GRU
+        Kernel(("SkipLayerNormalization_token_3",), "SkipLayerNormalization", 0.25),
+    ])
+    assert per_anchor == {"conv": 2.0, "lrn": 1.0}
+    assert lost == pytest.approx(0.75)
+
+
+def test_the_oracle_takes_each_common_anchor_from_its_faster_backend(model):
+    kernels = {
+        "onnxruntime": [Kernel(("r_nchwc",), "Conv", 2.0), Kernel(("lrn",), "LRN", 4.0),
+                        Kernel(("fused gemm",), "Gemm", 1.0), Kernel(("gru",), "GRU", 3.0)],
+        "openvino": [Kernel(("conv/WithoutBiases", "bn", "relu"), "Convolution", 3.0),
+                     Kernel(("lrn",), "LRN", 0.5), Kernel(("gemm",), "FullyConnected", 1.5),
+                     Kernel(("GRUSequence_7",), "RNNSeq", 2.0)],
+    }
+    c = ceiling_of(model, kernels)
+    assert c.totals == {"onnxruntime": 10.0, "openvino": 7.0}
+    assert c.common() == {"conv", "lrn", "gemm"}
+    # the GRU: onnxruntime timed it by name, OpenVINO under a name of its own
+    assert c.remainder("onnxruntime") == 3.0
+    assert c.remainder("openvino") == 2.0
+    assert c.oracle == pytest.approx(2.0 + 0.5 + 1.0 + 2.0)
+    assert c.ratio == pytest.approx(7.0 / 5.5)
+    # openvino leads; onnxruntime is faster on the conv and the gemm, the conv by more
+    assert [a for a, _ in c.differing(5)] == ["conv", "gemm"]
+    assert c.differing(1)[0][1] == {"onnxruntime": 2.0, "openvino": 3.0}
+
+
+def test_one_backend_faster_everywhere_gives_a_ceiling_of_one():
+    c = Ceiling(totals={"a": 4.0, "b": 8.0},
+                per_anchor={"a": {"x": 1.0, "y": 3.0}, "b": {"x": 2.0, "y": 6.0}},
+                unattributed={"a": 0.0, "b": 0.0})
+    assert c.ratio == pytest.approx(1.0)
+    assert c.differing(3) == []
