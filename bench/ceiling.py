@@ -77,7 +77,11 @@ class Attribution:
     def __init__(self, model: onnx.ModelProto, max_hops: int = 4) -> None:
         self.nodes = {n.name: n for n in model.graph.node if n.name}
         self.producer = {out: n for n in model.graph.node for out in n.output}
-        self.order = [n.name for n in model.graph.node]
+        weights = {w.name for w in model.graph.initializer}
+        self.data = {v.name for v in model.graph.input} - weights
+        for n in model.graph.node:  # topological order: what the inputs feed is data too
+            if any(i in self.data for i in n.input):
+                self.data.update(n.output)
         self.max_hops = max_hops
 
     def node_of(self, name: str) -> onnx.NodeProto | None:
@@ -99,12 +103,14 @@ class Attribution:
 
     def anchor(self, node: onnx.NodeProto) -> str:
         """The anchor a node's time is charged to: itself if it is a compute node, else
-        the nearest compute node up its first data input (at most `max_hops` away)."""
+        the nearest compute node up its first input that depends on the model's inputs (a
+        weight passed through Identity or Constant is not data), at most `max_hops` away."""
         start = node
         for _ in range(self.max_hops + 1):
             if node.op_type in ANCHORS:
                 return node.name
-            upstream = next((self.producer[i] for i in node.input if i in self.producer), None)
+            upstream = next((self.producer[i] for i in node.input
+                             if i in self.producer and i in self.data), None)
             if upstream is None:
                 break
             node = upstream
@@ -112,13 +118,15 @@ class Attribution:
 
     def charge(self, kernels: Iterable[Kernel]) -> tuple[dict[str, float], float]:
         """({anchor: ms per run}, unattributed ms per run): each kernel goes to the anchor
-        of the first of its names that maps onto a node. Only anchors some computing kernel
+        of the first of its names that is a compute node, else of the first that maps onto
+        a node (a fused kernel may be named after its tail). Only anchors some computing kernel
         (not a data move) reached are kept; the rest of the time is unattributed."""
         per_anchor: dict[str, float] = defaultdict(float)
         computed: set[str] = set()
         lost = 0.0
         for k in kernels:
-            node = next((n for n in map(self.node_of, k.names) if n is not None), None)
+            nodes = [n for n in map(self.node_of, k.names) if n is not None]
+            node = next((n for n in nodes if n.op_type in ANCHORS), nodes[0] if nodes else None)
             if node is None:
                 lost += k.ms
                 continue

@@ -18,7 +18,7 @@ from ceiling import Attribution, Ceiling, Kernel, ceiling_of, named  # noqa: E40
 
 @pytest.fixture
 def model() -> onnx.ModelProto:
-    """conv -> batch norm -> relu -> LRN -> (unnamed) flatten -> gemm -> GRU."""
+    """conv -> batch norm -> relu -> LRN -> (unnamed) flatten -> gemm -> add -> GRU."""
     def node(op, ins, out, name=""):
         return helper.make_node(op, ins, [out], name=name)
 
@@ -28,7 +28,10 @@ def model() -> onnx.ModelProto:
         node("Relu", ["bn"], "r", "relu"),
         node("LRN", ["r"], "l", "lrn"),
         node("Flatten", ["l"], "f"),
-        node("Gemm", ["f", "g"], "y", "gemm"),
+        node("Constant", [], "k0", "bias"),
+        node("Identity", ["k0"], "k", "bias_copy"),
+        node("Gemm", ["f", "g"], "y0", "gemm"),
+        node("Add", ["k", "y0"], "y", "add"),
         node("GRU", ["y", "gw", "gr"], "h", "gru"),
     ]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
@@ -60,6 +63,7 @@ def test_tails_are_charged_to_the_compute_node_they_hang_off(model):
     assert a.anchor(by["bn"]) == "conv"
     assert a.anchor(by["lrn"]) == "lrn"
     assert a.anchor(by[model.graph.node[4].name]) == "lrn"  # the flatten after it
+    assert a.anchor(by["add"]) == "gemm"  # past the weight feeding its first input
 
 
 def test_charge_keeps_anchors_only_a_data_move_reached_out_of_the_common_set(model):
@@ -100,3 +104,14 @@ def test_one_backend_faster_everywhere_gives_a_ceiling_of_one():
                 unattributed={"a": 0.0, "b": 0.0})
     assert c.ratio == pytest.approx(1.0)
     assert c.differing(3) == []
+
+
+def test_a_fused_kernel_named_after_its_tail_goes_to_the_compute_node_it_lists(model):
+    """OpenVINO names a FullyConnected that absorbed an activation after the activation;
+    its fused-layer list still names the Gemm."""
+    per_anchor, lost = Attribution(model).charge([
+        Kernel(("relu", "lrn", "gemm"), "FullyConnected", 2.0),
+    ])
+    assert per_anchor == {"lrn": 2.0}  # the first compute node among its names
+    per_anchor, _ = Attribution(model).charge([Kernel(("relu", "gemm"), "FullyConnected", 2.0)])
+    assert per_anchor == {"gemm": 2.0}
