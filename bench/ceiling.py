@@ -18,9 +18,12 @@ onnxruntime fusion such as SkipLayerNormalization keeps no source names, OpenVIN
 recurrent layers) and anchors only one backend timed form each backend's remainder; the
 oracle takes the smaller remainder as one block, so the ceiling is an upper bound only on
 the anchors both backends timed: the remainder column says how much that leaves out.
-A ceiling near 1.0 means no partition can pay on this model on this machine.
+Taking the faster of two noisy timings per anchor biases the bound up, so each backend also
+runs a second, separately built instance (X#2) in the same rounds: the "noise ceiling" is
+the larger of X against X#2, what noise alone makes of the bound. A ceiling near the noise
+ceiling means no partition can pay on this model on this machine.
 
-    python bench/ceiling.py [--models resnet50,light:zfnet512,m.onnx] [--rounds 30] [--top 8]
+    python bench/ceiling.py [--models resnet50,light:zfnet512,m.onnx] [--rounds 20] [--top 3]
 """
 
 from __future__ import annotations
@@ -189,21 +192,66 @@ def medians(rounds: list[dict[tuple[str, str], float]]) -> dict[tuple[str, str],
     return {k: float(np.median([r.get(k, 0.0) for r in rounds])) for k in keys}
 
 
-def ort_kernels(session) -> list[Kernel]:
-    """onnxruntime's node events, run by run after the warm-up, as median ms per run."""
-    events = json.load(open(session.end_profiling()))
-    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
-    starts = [start for start, _ in runs]
-    rounds: list[dict[tuple[str, str], float]] = [defaultdict(float) for _ in runs]
-    for e in events:
-        name = e.get("name", "")
-        if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
-            continue
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        if i >= 0 and e["ts"] <= runs[i][1]:
-            key = (name.removesuffix("_kernel_time"), e.get("args", {}).get("op_name", ""))
-            rounds[i][key] += e["dur"] / 1e3
-    return [Kernel((name,), kind, ms) for (name, kind), ms in medians(rounds[WARMUP:]).items()]
+class OrtProfiler:
+    """onnxruntime's session over the whole model, profiled, with Collage's settings."""
+
+    def __init__(self, path: str, threads: int) -> None:
+        import onnxruntime as ort
+
+        from collage_mlir.backends.onnxruntime import session_options
+
+        so = session_options(threads)
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ceiling-"), "ort")
+        self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+    def run(self, feeds: dict[str, np.ndarray], keep: bool) -> None:
+        self.session.run(None, feeds)  # the profiler records every run; `kernels` skips
+
+    def kernels(self) -> list[Kernel]:
+        """The node events, run by run after the warm-up, as median ms per run."""
+        events = json.load(open(self.session.end_profiling()))
+        runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                      if e.get("name") == "model_run")
+        starts = [start for start, _ in runs]
+        rounds: list[dict[tuple[str, str], float]] = [defaultdict(float) for _ in runs]
+        for e in events:
+            name = e.get("name", "")
+            if e.get("cat") != "Node" or not name.endswith("_kernel_time"):
+                continue
+            i = bisect.bisect_right(starts, e["ts"]) - 1
+            if i >= 0 and e["ts"] <= runs[i][1]:
+                key = (name.removesuffix("_kernel_time"), e.get("args", {}).get("op_name", ""))
+                rounds[i][key] += e["dur"] / 1e3
+        return [Kernel((name,), kind, ms)
+                for (name, kind), ms in medians(rounds[WARMUP:]).items()]
+
+
+class OvProfiler:
+    """OpenVINO's compiled whole model with PERF_COUNT, with Collage's settings."""
+
+    def __init__(self, path: str, threads: int) -> None:
+        import openvino as ov
+
+        from collage_mlir.backends.openvino import OpenVinoBackend
+
+        config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": True}
+        compiled = ov.Core().compile_model(path, "CPU", config)
+        self.request = compiled.create_infer_request()
+        self.origins = ov_origins(compiled)
+        self.rounds: list[dict[tuple[str, str], float]] = []
+
+    def run(self, feeds: dict[str, np.ndarray], keep: bool) -> None:
+        self.request.infer(feeds)
+        if keep:
+            times: dict[tuple[str, str], float] = defaultdict(float)
+            for p in self.request.profiling_info:
+                times[p.node_name, p.node_type] += p.real_time.total_seconds() * 1e3
+            self.rounds.append(times)
+
+    def kernels(self) -> list[Kernel]:
+        return [Kernel(self.origins.get(n, (n,)), kind, ms)
+                for (n, kind), ms in medians(self.rounds).items()]
 
 
 def ov_origins(compiled) -> dict[str, tuple[str, ...]]:
@@ -217,45 +265,27 @@ def ov_origins(compiled) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def profile(path: str, feeds: dict[str, np.ndarray], rounds: int,
-            threads: int) -> tuple[dict[str, list[Kernel]], dict[str, float]]:
-    """({backend: kernels}, {backend: wall ms per run}) from alternating profiled rounds."""
+PROFILERS = {"onnxruntime": OrtProfiler, "openvino": OvProfiler}
+CONTROL = "#2"
+"""Suffix of a second, separately built instance of a backend: its ceiling against the
+first is what noise alone makes of the bound."""
+
+
+def profile(path: str, feeds: dict[str, np.ndarray], rounds: int, threads: int,
+            contenders: list[str]) -> tuple[dict[str, list[Kernel]], dict[str, float]]:
+    """({contender: kernels}, {contender: wall ms per run}) from interleaved rounds; a
+    contender is a backend name, or one with CONTROL appended for a second instance."""
     import time
 
-    import onnxruntime as ort
-    import openvino as ov
-
-    from collage_mlir.backends.onnxruntime import session_options
-    from collage_mlir.backends.openvino import OpenVinoBackend
-
-    so = session_options(threads)
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ceiling-"), "ort")
-    session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": True}
-    compiled = ov.Core().compile_model(path, "CPU", config)
-    request = compiled.create_infer_request()
-    origins = ov_origins(compiled)
-    ov_rounds: list[dict[tuple[str, str], float]] = []
-    wall = {"onnxruntime": [], "openvino": []}
+    built = {c: PROFILERS[c.removesuffix(CONTROL)](path, threads) for c in contenders}
+    wall: dict[str, list[float]] = {c: [] for c in contenders}
     for i in range(WARMUP + rounds):
-        t = time.perf_counter()
-        session.run(None, feeds)
-        wall["onnxruntime"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        request.infer(feeds)
-        wall["openvino"].append(time.perf_counter() - t)
-        if i >= WARMUP:
-            times: dict[tuple[str, str], float] = defaultdict(float)
-            for p in request.profiling_info:
-                times[p.node_name, p.node_type] += p.real_time.total_seconds() * 1e3
-            ov_rounds.append(times)
-    kernels = {
-        "onnxruntime": ort_kernels(session),
-        "openvino": [Kernel(origins.get(n, (n,)), kind, ms)
-                     for (n, kind), ms in medians(ov_rounds).items()],
-    }
-    return kernels, {b: float(np.median(w[WARMUP:])) * 1e3 for b, w in wall.items()}
+        for c, profiler in built.items():
+            t = time.perf_counter()
+            profiler.run(feeds, keep=i >= WARMUP)
+            wall[c].append(time.perf_counter() - t)
+    kernels = {c: profiler.kernels() for c, profiler in built.items()}
+    return kernels, {c: float(np.median(w[WARMUP:])) * 1e3 for c, w in wall.items()}
 
 
 def ceiling_of(model: onnx.ModelProto, kernels: dict[str, list[Kernel]]) -> Ceiling:
@@ -276,20 +306,36 @@ def named(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def row(label: str, model: onnx.ModelProto, kernels: dict[str, list[Kernel]],
+        wall: dict[str, float]) -> tuple[str, Ceiling]:
+    """One table row: the two backends' ceiling, and the noise ceiling of each against its
+    own second instance."""
+    pair = ceiling_of(model, {b: kernels[b] for b in PROFILERS})
+    noise = max(ceiling_of(model, {b: kernels[b], b + CONTROL: kernels[b + CONTROL]}).ratio
+                for b in PROFILERS)
+    ort, ov = "onnxruntime", "openvino"
+    cells = [label, f"{pair.totals[ort]:.2f}", f"{pair.totals[ov]:.2f}", f"{pair.oracle:.2f}",
+             f"**{pair.ratio:.3f}**", f"{noise:.3f}",
+             f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
+             f"{wall[ort]:.2f} / {wall[ov]:.2f}"]
+    return "| " + " | ".join(cells) + " |", pair
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,mobilenet_v2,fast_neural_style,deepspeech2")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--top", type=int, default=5, help="anchors listed where winners differ")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--top", type=int, default=3, help="anchors listed where winners differ")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     names = args.models.split(",")
     unknown = [n for n in names if not e2e.known_model(n)]
     if unknown:
         sys.exit(f"error: unknown model(s) {', '.join(unknown)}")
-    print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | remainder ort / ov ms "
-          "| wall ort / ov ms |")
-    print("|---|---|---|---|---|---|---|")
+    contenders = [*PROFILERS, *(b + CONTROL for b in PROFILERS)]
+    print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | noise ceiling "
+          "| remainder ort / ov ms | wall ort / ov ms |")
+    print("|---|---|---|---|---|---|---|---|")
     notes = []
     with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
         for name in names:
@@ -300,18 +346,14 @@ def main() -> None:
             onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
             feeds = models.inputs(source if isinstance(source, str) else path)
             try:
-                kernels, wall = profile(path, feeds, args.rounds, args.threads)
+                kernels, wall = profile(path, feeds, args.rounds, args.threads, contenders)
             except Exception as e:  # a backend that cannot run the model whole: say so, go on
                 print(f"| {label} | cannot profile both whole models: "
-                      f"{str(e).strip().splitlines()[-1][:120]} |||||", flush=True)
+                      f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)
                 continue
-            c = ceiling_of(model, kernels)
-            ort_ms, ov_ms = c.totals["onnxruntime"], c.totals["openvino"]
-            print(f"| {label} | {ort_ms:.2f} | {ov_ms:.2f} | {c.oracle:.2f} | {c.ratio:.3f} | "
-                  f"{c.remainder('onnxruntime'):.2f} / {c.remainder('openvino'):.2f} | "
-                  f"{wall['onnxruntime']:.2f} / {wall['openvino']:.2f} |",
-                  flush=True)
-            for anchor, times in c.differing(args.top):
+            line, pair = row(label, model, kernels, wall)
+            print(line, flush=True)
+            for anchor, times in pair.differing(args.top):
                 op = Attribution(model).nodes[anchor].op_type
                 cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
                 notes.append(f"{label}: {op} {anchor}: {cells}")
