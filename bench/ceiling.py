@@ -43,8 +43,8 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.dirname(__file__))
-import e2e  # noqa: E402  (model naming shared with the end-to-end benchmark)
 import models  # noqa: E402
+from naming import help_text, known_model, resolve  # noqa: E402
 
 ANCHORS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul", "LRN", "GRU", "LSTM", "RNN",
@@ -306,19 +306,21 @@ def named(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def row(label: str, model: onnx.ModelProto, kernels: dict[str, list[Kernel]],
-        wall: dict[str, float]) -> tuple[str, Ceiling]:
-    """One table row: the two backends' ceiling, and the noise ceiling of each against its
-    own second instance."""
+def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.cpu_count() or 1
+            ) -> tuple[Ceiling, float, dict[str, float], onnx.ModelProto]:
+    """(the backends' ceiling, the noise ceiling, wall ms per contender, the named model)
+    for a model file or proto; raises what a backend raises when it cannot run it whole."""
+    model = named(source if isinstance(source, onnx.ModelProto) else onnx.load(source))
+    with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
+        path = os.path.join(scratch, "model.onnx")
+        onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
+        feeds = models.inputs(source if isinstance(source, str) else path)
+        contenders = [*PROFILERS, *(b + CONTROL for b in PROFILERS)]
+        kernels, wall = profile(path, feeds, rounds, threads, contenders)
     pair = ceiling_of(model, {b: kernels[b] for b in PROFILERS})
     noise = max(ceiling_of(model, {b: kernels[b], b + CONTROL: kernels[b + CONTROL]}).ratio
                 for b in PROFILERS)
-    ort, ov = "onnxruntime", "openvino"
-    cells = [label, f"{pair.totals[ort]:.2f}", f"{pair.totals[ov]:.2f}", f"{pair.oracle:.2f}",
-             f"**{pair.ratio:.3f}**", f"{noise:.3f}",
-             f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
-             f"{wall[ort]:.2f} / {wall[ov]:.2f}"]
-    return "| " + " | ".join(cells) + " |", pair
+    return pair, noise, wall, model
 
 
 def main() -> None:
@@ -329,34 +331,31 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     names = args.models.split(",")
-    unknown = [n for n in names if not e2e.known_model(n)]
+    unknown = [n for n in names if not known_model(n)]
     if unknown:
-        sys.exit(f"error: unknown model(s) {', '.join(unknown)}")
-    contenders = [*PROFILERS, *(b + CONTROL for b in PROFILERS)]
+        ap.error(f"unknown model(s) {', '.join(unknown)}: use {help_text()}")
     print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | noise ceiling "
           "| remainder ort / ov ms | wall ort / ov ms |")
     print("|---|---|---|---|---|---|---|---|")
     notes = []
-    with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
-        for name in names:
-            label, source = e2e.resolve(name, splat=False)
-            model = named(source if isinstance(source, onnx.ModelProto)
-                          else onnx.load(source))
-            path = os.path.join(scratch, "model.onnx")
-            onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
-            feeds = models.inputs(source if isinstance(source, str) else path)
-            try:
-                kernels, wall = profile(path, feeds, args.rounds, args.threads, contenders)
-            except Exception as e:  # a backend that cannot run the model whole: say so, go on
-                print(f"| {label} | cannot profile both whole models: "
-                      f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)
-                continue
-            line, pair = row(label, model, kernels, wall)
-            print(line, flush=True)
-            for anchor, times in pair.differing(args.top):
-                op = Attribution(model).nodes[anchor].op_type
-                cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
-                notes.append(f"{label}: {op} {anchor}: {cells}")
+    ort, ov = PROFILERS
+    for name in names:
+        label, source = resolve(name)
+        try:
+            pair, noise, wall, model = measure(source, args.rounds, args.threads)
+        except Exception as e:  # a backend that cannot run the model whole: say so, go on
+            print(f"| {label} | cannot profile both whole models: "
+                  f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)
+            continue
+        cells = [label, f"{pair.totals[ort]:.2f}", f"{pair.totals[ov]:.2f}",
+                 f"{pair.oracle:.2f}", f"**{pair.ratio:.3f}**", f"{noise:.3f}",
+                 f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
+                 f"{wall[ort]:.2f} / {wall[ov]:.2f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
+        for anchor, times in pair.differing(args.top):
+            op = Attribution(model).nodes[anchor].op_type
+            cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
+            notes.append(f"{label}: {op} {anchor}: {cells}")
     if notes:
         print("\nAnchors where the slower whole model's backend is faster:")
         print("\n".join(f"- {n}" for n in notes))

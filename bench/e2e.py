@@ -22,13 +22,15 @@ the same run (negative: Collage wins), as the RFC's success metric.
 
 "per-op winners" reads the measure table: each backend's share of the sum of per-op minima
 over the model's single-op candidates, and how far the best backend's op-by-op sum lies
-above that sum — where the winners differ. "refinement kept" names a neighbour the end-to-end
+above that sum — where the winners differ, op by op alone. `--ceiling` asks the same inside
+the whole models (`bench/ceiling.py`): the most any onnxruntime / OpenVINO split could gain,
+beside the bound noise alone gives. "refinement kept" names a neighbour the end-to-end
 refinement kept (`check/refine.py`).
 
     python bench/e2e.py [--models bert_base,mobilenet_v2,light:resnet50,m.onnx] [--rounds 20]
                         [--cache PATH] [--input-shape NAME=DIMS ...] [--greedy N]
                         [--per-region] [--single onnxruntime,openvino | --no-single]
-                        [--whole onnxruntime,openvino]
+                        [--whole onnxruntime,openvino] [--ceiling]
 
 "max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
 |onnxruntime whole| of that output.
@@ -59,30 +61,11 @@ from collage_mlir.static_shapes import parse_input_shape
 from collage_mlir.tensors import model_inputs
 
 sys.path.insert(0, os.path.dirname(__file__))
-import light  # noqa: E402
-import models  # noqa: E402  (exporting needs torch; naming does not)
+import ceiling  # noqa: E402
+from naming import help_text, known_model, resolve  # noqa: E402
 
 ZOO = ["bert_base", "gpt2", "vit_base", "swin_tiny", "convnext_tiny", "mobilenet_v2",
        "efficientnet_b0", "resnet50"]
-
-
-def known_model(name: str) -> bool:
-    """Whether `resolve` can find `name`: checked before the first model is benchmarked."""
-    if name.endswith(".onnx"):
-        return os.path.exists(name)
-    if name.startswith("light:"):
-        return name[len("light:"):] in light.NAMES
-    return name in models.names()
-
-
-def resolve(name: str, splat: bool) -> tuple[str, str | onnx.ModelProto]:
-    """(label, model) for a zoo name, 'light:NAME' or an .onnx path."""
-    if name.endswith(".onnx"):
-        return os.path.basename(name), name
-    if name.startswith("light:"):
-        path = light.path_of(name[len("light:"):])
-        return name, path if splat else light.randomized(path)
-    return name, str(models.export(name))
 
 
 def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
@@ -204,8 +187,20 @@ def bench_model(name: str, backends: list[str], args) -> dict:
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
     row["op_winners"] = op_winners(path, shapes, backends, args.cache)
+    if args.ceiling:
+        row["ceiling"] = ceiling_cell(path)
     row["refinement"] = mixed.refinement
     return row
+
+
+def ceiling_cell(source: str | onnx.ModelProto) -> str:
+    """What any onnxruntime/OpenVINO split could gain, from both whole models' profilers
+    (`bench/ceiling.py`), beside what noise alone makes of that bound; or why not."""
+    try:
+        pair, noise, _, _ = ceiling.measure(source, rounds=10)
+    except Exception as e:  # a backend that cannot run the model whole
+        return f"not measured: {str(e).strip().splitlines()[-1][:100]}"
+    return f"{pair.ratio:.3f} (noise ceiling {noise:.3f})"
 
 
 def run_noise(row: dict, backends: list[str]) -> float:
@@ -291,14 +286,15 @@ def main() -> None:
                         "of the best baseline's")
     p.add_argument("--refine-budget", type=float, default=REFINE_BUDGET_S, metavar="S",
                    help="seconds refinement may spend on the mix (default: the API's)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also bound what any onnxruntime/OpenVINO split could gain, from "
+                        "both whole models' own profilers (bench/ceiling.py)")
     p.add_argument("--per-region", action="store_true",
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
     unknown = [n for n in args.models.split(",") if not known_model(n)]
     if unknown:
-        p.error(f"unknown model(s) {', '.join(unknown)}: use a zoo name "
-                f"({', '.join(models.names())}), light:NAME ({', '.join(light.NAMES)}) "
-                "or an existing .onnx path")
+        p.error(f"unknown model(s) {', '.join(unknown)}: use {help_text()}")
     backends = args.backends.split(",")
     args.single = set((args.backends if args.single is None else args.single).split(","))
     args.whole = set((args.backends if args.whole is None else args.whole).split(","))
@@ -339,6 +335,8 @@ def main() -> None:
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
+        if "ceiling" in row:
+            print(f"|   ceiling of any split, in the chain: {row['ceiling']} |")
         print(f"|   refinement tried (vs the incumbent, end to end, noise "
               f"±{getattr(row['refinement'], 'noise', None) or 0:.1%}): "
               f"{refinement_cell(row['refinement'])} |")
