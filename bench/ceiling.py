@@ -32,6 +32,7 @@ import argparse
 import bisect
 import json
 import os
+import re
 import sys
 import tempfile
 from collections import defaultdict
@@ -41,6 +42,9 @@ from typing import NamedTuple
 
 import numpy as np
 import onnx
+
+from collage_mlir.canonical import canonicalize
+from collage_mlir.static_shapes import make_static
 
 sys.path.insert(0, os.path.dirname(__file__))
 import models  # noqa: E402
@@ -61,6 +65,9 @@ MOVES = frozenset({
 })
 """Kernel kinds (either backend's word) that move data: they are charged to an anchor, but
 do not show that a backend computed it."""
+
+FUSION = re.compile(r"/[A-Za-z]+Fusion/?")
+"""onnxruntime's mark on a kernel it fused from the node named before it."""
 
 WARMUP = 5
 
@@ -90,7 +97,7 @@ class Attribution:
     def node_of(self, name: str) -> onnx.NodeProto | None:
         """The ONNX node a kernel name stands for: a node's name or output, possibly with
         the decorations the backends add (onnxruntime: "fused ", "_nchwc", "_token_N",
-        "/MatMulAddFusion"; OpenVINO: "/WithoutBiases")."""
+        "/MatMulAddFusion", "/QuickGeluFusion/"; OpenVINO: "/WithoutBiases")."""
         if name in self.nodes:
             return self.nodes[name]
         if name in self.producer:
@@ -98,8 +105,10 @@ class Attribution:
         for prefix in ("fused ",):
             if name.startswith(prefix):
                 return self.node_of(name[len(prefix):])
-        for mark in ("/MatMulAddFusion", "/MatMulScaleFusion", "/WithoutBiases", "_token_",
-                     "_nchwc"):
+        fusion = FUSION.search(name)
+        if fusion:
+            return self.node_of(name[:fusion.start()])
+        for mark in ("/WithoutBiases", "_token_", "_nchwc"):
             if mark in name:
                 return self.node_of(name[:name.index(mark)])
         return None
@@ -309,8 +318,10 @@ def named(model: onnx.ModelProto) -> onnx.ModelProto:
 def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.cpu_count() or 1
             ) -> tuple[Ceiling, float, dict[str, float], onnx.ModelProto]:
     """(the backends' ceiling, the noise ceiling, wall ms per contender, the named model)
-    for a model file or proto; raises what a backend raises when it cannot run it whole."""
+    for a model file or proto, shapes folded and rewritten as Collage's import does; raises
+    what a backend raises when it cannot run it whole."""
     model = named(source if isinstance(source, onnx.ModelProto) else onnx.load(source))
+    canonicalize(make_static(model, "ceiling"))  # the model as Collage imports it
     with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
         path = os.path.join(scratch, "model.onnx")
         onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)

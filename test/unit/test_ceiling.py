@@ -52,6 +52,7 @@ def test_backend_decorations_map_back_to_their_nodes(model):
     assert a.node_of("r_nchwc").name == "relu"  # onnxruntime's NCHWc output name
     assert a.node_of("conv/WithoutBiases").name == "conv"  # OpenVINO's bias split
     assert a.node_of("gemm/MatMulAddFusion").name == "gemm"
+    assert a.node_of("relu/QuickGeluFusion/").name == "relu"
     assert a.node_of("gemm_token_12").name == "gemm"
     assert a.node_of("GRUSequence_4202") is None
 
