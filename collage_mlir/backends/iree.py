@@ -17,16 +17,17 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from iree.compiler import ir
 
+from collage_mlir.backends import iree_rewrites
 from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, Kernel
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.export.resources import materialize
+from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
 
@@ -200,64 +201,35 @@ def _only_function(module: ir.Module) -> ir.Operation:
 
 
 def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
-            conv1d_as_2d: bool = False) -> tuple[ir.Module, list[str]]:
+            cpu_rewrites: bool = False) -> tuple[ir.Module, list[str]]:
     """One module holding every region's function, renamed `prefix_k` (with
-    `conv1d_as_2d`, its 1-D convolutions rewritten as 2-D ones)."""
+    `cpu_rewrites`, respelled for IREE's CPU compile: `iree_rewrites`)."""
     names = [f"{prefix}_{k}" for k in range(len(modules))]
     ctx = _only_function(modules[0]).context
     with ctx, ir.Location.unknown():
         combined = ir.Module.create()
         for module, name in zip(modules, names, strict=True):
+            blobs = _blob_table(module) if cpu_rewrites else None
             materialize(module)  # IREE compiles the text: weights kept in a store go back in
             if _only_function(module).context is not ctx:
                 module = ir.Module.parse(str(module), ctx)
             clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))
             clone.attributes["sym_name"] = ir.StringAttr.get(name)
-            if conv1d_as_2d:
-                convolutions_as_2d(clone)
+            if cpu_rewrites:
+                iree_rewrites.rewrite(clone, iree_rewrites.constant_reader(blobs))
     return combined, names
 
 
-_AS_2D = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v],
-          "dilations": lambda v: [1, *v], "pads": lambda v: [0, v[0], 0, v[1]]}
-"""How a 1-D convolution's attributes read over a unit height."""
+def _blob_table(module: ir.Module) -> Callable[[], Mapping[str, bytes | memoryview]]:
+    """The module's blobs as they are before `materialize` (its weight store still named),
+    read once and only if a rewrite asks."""
+    table = module_resources(module) if _has_op(module, "Resize") else {}
+    return lambda: table
 
 
-def convolutions_as_2d(fn: ir.Operation) -> int:
-    """Rewrite each ungrouped 1-D `onnx.Conv` in `fn` as Unsqueeze → 2-D Conv (height 1) →
-    Squeeze; returns how many. IREE's img2col rewrite takes ungrouped 2-D convolutions only,
-    and its direct 1-D ones run 20-40x slower than onnxruntime's (wav2vec2's feature encoder);
-    a grouped one ran slower as 2-D (wav2vec2's positional convolution: 56 → 84 ms)."""
-    convs = [op for op in fn.regions[0].blocks[0].operations
-             if onnx_view.op_type(op) == "Conv" and _is_1d_ungrouped(op)]
-    for op in convs:
-        x, w, *bias = op.operands
-        with ir.InsertionPoint(op), op.location:
-            axis = onnx_view.create("Constant", [], onnx_view.vtensor([1], "si64"), {
-                "value": ir.Attribute.parse("dense<2> : tensor<1xsi64>")}).result
-            x2, w2 = (onnx_view.create("Unsqueeze", [v, axis], _unit_height(v.type)).result
-                      for v in (x, w))
-            attrs = {k: (onnx_view.int_list(_AS_2D[k](onnx_view.attribute_value(v)))
-                         if k in _AS_2D else v)
-                     for k, v in onnx_view.attributes(op).items()}
-            y2 = onnx_view.create("Conv", [x2, w2, *bias], _unit_height(op.results[0].type),
-                                  attrs)
-            y = onnx_view.create("Squeeze", [y2.result, axis], op.results[0].type)
-        op.results[0].replace_all_uses_with(y.result)
-        op.operation.erase()
-    return len(convs)
-
-
-def _is_1d_ungrouped(conv: ir.Operation) -> bool:
-    group = onnx_view.attributes(conv).get("group")
-    parsed = onnx_view.tensor_type(conv.operands[0].type)
-    return ((group is None or onnx_view.attribute_value(group) == 1)
-            and parsed is not None and len(parsed[0] or ()) == 3)
-
-
-def _unit_height(t: ir.Type) -> ir.Type:
-    shape, element = onnx_view.tensor_type(t)
-    return onnx_view.vtensor([*shape[:2], 1, *shape[2:]], element)
+def _has_op(module: ir.Module, op_type: str) -> bool:
+    return any(onnx_view.op_type(op) == op_type
+               for op in _only_function(module).regions[0].blocks[0].operations)
 
 
 # -- runtime ----------------------------------------------------------------------------
@@ -359,8 +331,9 @@ class IreeBackend(Backend):
     kind = BackendKind.COMPILER
     target = "llvm-cpu"
     driver = DRIVER
-    conv1d_as_2d = True
-    """1-D convolutions compiled as 2-D ones (`convolutions_as_2d`), for img2col to take."""
+    cpu_rewrites = True
+    """Ops respelled for the CPU compile (`iree_rewrites`): 1-D convolutions as 2-D ones for
+    img2col to take, nearest resizes by whole factors as broadcasts."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -452,7 +425,7 @@ class IreeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
             names: list[str] = []
             try:
-                combined, names = combine(modules, conv1d_as_2d=self.conv1d_as_2d)
+                combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)
                 vmfb_path = _compile(combined, self.flags, Path(work), self.target)
                 context, vmfb = self._load(vmfb_path)
             except Exception as e:
@@ -480,7 +453,7 @@ class IreeBackend(Backend):
         return IreeKernel(context, ref["function"], vmfb, self.driver == DRIVER)
 
     def cache_options(self) -> str:
-        rewrite = ",conv1d=2d" if self.conv1d_as_2d else ""
+        rewrite = f",{iree_rewrites.TAG}" if self.cpu_rewrites else ""
         return f"threads={self.threads},flags={' '.join(self.flags)}{rewrite}"
 
 
@@ -498,7 +471,7 @@ class IreeCudaBackend(IreeBackend):
     name = "iree-cuda"
     target = "cuda"
     driver = "cuda"
-    conv1d_as_2d = False  # img2col is a CPU flag here; the GPU's convolutions were not timed
+    cpu_rewrites = False  # img2col is a CPU flag here; the GPU's kernels were not timed
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

@@ -240,7 +240,7 @@ def test_iree_compiles_1d_convolutions_as_2d_and_computes_the_same(tmp_path) -> 
       y = Conv<group=2>(d, v)
     }''')
     module = SubGraph(graph, graph.op_bits).extract("all")
-    combined, _ = iree_backend.combine([module], conv1d_as_2d=True)
+    combined, _ = iree_backend.combine([module], cpu_rewrites=True)
     text = str(combined)
     assert text.count('"onnx.Conv"') == 3 and "vtensor<[1,4,1,40],f32>" in text
     assert "kernel_shape = [1 : si64, 3 : si64]" in text
@@ -256,6 +256,37 @@ def test_iree_compiles_1d_convolutions_as_2d_and_computes_the_same(tmp_path) -> 
     (got,) = backend.compile(module).run(xs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert "conv1d=2d" in backend.cache_options()
+
+
+def test_iree_compiles_nearest_resizes_by_whole_factors_as_broadcasts() -> None:
+    # upsampling as torch exports it (asymmetric, floor, scales), a half-pixel one by
+    # (3, 2) given as sizes, a rank-3 one: each a Reshape → Expand → Reshape; a linear
+    # resize and a nearest one by 1.5 stay Resizes
+    backend = _backend("iree")
+    graph = _graph('''g (float[1,3,4,5] x, float[2,6,4] t) => (float[1,3,24,20] y,
+                      float[2,6,8] z, float[1,3,8,10] l, float[1,3,6,7] f)
+        <float[4] s2 = {1.0, 1.0, 2.0, 2.0}, int64[4] hw = {1, 3, 24, 20},
+         float[3] s1 = {1.0, 1.0, 2.0}, float[4] s15 = {1.0, 1.0, 1.5, 1.5}> {
+      u = Resize<mode="nearest", coordinate_transformation_mode="asymmetric",
+                 nearest_mode="floor">(x, , s2)
+      y = Resize<mode="nearest", coordinate_transformation_mode="half_pixel">(u, , , hw)
+      z = Resize<mode="nearest", coordinate_transformation_mode="asymmetric",
+                 nearest_mode="floor">(t, , s1)
+      l = Resize<mode="linear">(x, , s2)
+      f = Resize<mode="nearest">(x, , s15)
+    }''')
+    module = SubGraph(graph, graph.op_bits).extract("all")
+    text = str(iree_backend.combine([module], cpu_rewrites=True)[0])
+    assert text.count('"onnx.Resize"') == 2 and text.count('"onnx.Expand"') == 3
+    assert "!torch.vtensor<[1,3,4,2,5,2],f32>" in text  # u: (n, k) per scaled axis
+    assert "!torch.vtensor<[1,3,8,3,10,2],f32>" in text and "!torch.vtensor<[2,6,4,2],f32>" in text
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 4, 5), (2, 6, 4))]
+    want = OnnxRuntimeBackend().compile(module).run(xs)
+    got = backend.compile(module).run(xs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    assert "resize=expand" in backend.cache_options()
 
 
 def test_iree_staged_inputs_keep_the_kernel_contract() -> None:
