@@ -221,8 +221,8 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
 
 
 def _blob_table(module: ir.Module) -> Callable[[], Mapping[str, bytes | memoryview]]:
-    """The module's blobs as they are before `materialize` (its weight store still named),
-    read once and only if a rewrite asks."""
+    """The module's blobs, read before `materialize` drops the name of its weight store, and
+    only when it has a Resize (the one rewrite that reads a constant)."""
     table = module_resources(module) if _has_op(module, "Resize") else {}
     return lambda: table
 
