@@ -151,15 +151,21 @@ def infer_types(proto: onnx.ModelProto, label: str,
                 strict: bool = False) -> dict[str, onnx.ValueInfoProto]:
     """Inferred type of every value (by name), with data propagation for shape tensors."""
     light = _light_copy(proto)
+    produced = {out for node in light.graph.node for out in node.output}
+    given = {v.name: v for v in light.graph.input}  # initializers are typed inputs here
     for out in light.graph.output:  # declared dim_params must not pin inferred dims
-        out.type.tensor_type.ClearField("shape")
+        if out.name in produced:
+            out.type.tensor_type.ClearField("shape")
+        elif out.name in given:  # an input or initializer returned as it is: its own type
+            out.type.CopyFrom(given[out.name].type)
     try:
         inferred = onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=True)
     except Exception as e:
         first = str(e).strip().splitlines()[0]
         raise CollageError(f"{label}: shape inference failed: {first}") from None
     g = inferred.graph
-    return {v.name: v for v in [*g.input, *g.value_info, *g.output]}
+    computed = [v for v in g.output if v.name in produced]
+    return {v.name: v for v in [*g.input, *g.value_info, *computed]}
 
 
 def _static(value: onnx.ValueInfoProto | None) -> list[int] | None:
@@ -223,9 +229,10 @@ def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
         if node.op_type == "Constant" and node.output[0] not in values:
             values.arrays[node.output[0]] = _constant_value(node, opset)  # stays a node
         results = None
-        if (node.op_type != "Constant" and not outputs.intersection(node.output)
-                and node.domain in ("", "ai.onnx")):
-            results = _try_fold(node, types, values, opset)
+        if node.op_type != "Constant" and node.domain in ("", "ai.onnx"):
+            # a value the model returns is data either way: no size bound keeps it a recipe
+            bounded = not outputs.intersection(node.output)
+            results = _try_fold(node, types, values, opset, bounded)
         if results is None:
             kept.append(node)
             continue
@@ -240,8 +247,9 @@ def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
 
 
 def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
-              values: _Constants, opset: int) -> list[np.ndarray] | None:
-    """The node's output values when they follow from constants and static shapes."""
+              values: _Constants, opset: int, bounded: bool = True) -> list[np.ndarray] | None:
+    """The node's output values when they follow from constants and static shapes (and,
+    when `bounded`, are not much larger than its inputs)."""
     if node.op_type in ("Shape", "Size"):
         dims = _static(types.get(node.input[0]))
         if dims is None:
@@ -258,7 +266,7 @@ def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
     inputs = [i for i in node.input if i]
     if not all(i in values for i in inputs):
         return None
-    if not _small_enough(node, types, values, inputs):
+    if bounded and not _small_enough(node, types, values, inputs):
         return None
     try:
         results = _evaluate(node, {i: values.array(i) for i in inputs}, opset)

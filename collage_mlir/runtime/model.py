@@ -220,6 +220,8 @@ class PartitionedModel:
         `_execute`; a caller keeping a slot beyond that must copy it (`run` does)."""
         slots: list[np.ndarray | None] = [None] * self.plan.slot_count
         slots[: len(arrays)] = arrays
+        for i, constant in self.plan.constants.items():
+            slots[i] = constant.value
         for step in self.plan.steps:
             t0 = time.perf_counter()
             results = self.kernels[step.callee].run_borrowed([slots[i] for i in step.args])

@@ -1,20 +1,27 @@
 """The execution plan of an outlined module: a straight line of region calls over slots.
 
 After collage-outline the public function holds only `func.call`s to per-backend region
-functions (plus a return). We number every value (function arguments first), and turn each
-call into a Step reading and writing slot numbers; running is then a short Python loop.
+functions (plus a return), and the constants the model returns as they are (no region
+computes them). We number every value (function arguments first), turn each call into a
+Step reading and writing slot numbers, and keep each such constant's value for its slot;
+running is then a short Python loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
+from collage_mlir.export.onnx_export import attr_array
+from collage_mlir.export.resources import module_resources
 from collage_mlir.tensors import TensorSpec, argument_specs
 
 
@@ -37,6 +44,25 @@ class Plan:
     steps: list[Step]
     outputs: list[int]
     slot_count: int
+    constants: dict[int, Constant] = field(default_factory=dict)
+    """Slots filled before any step: constants outside every region, which the model returns
+    as they are (torch's `zeros_like`, a returned parameter, a size the import folded)."""
+
+
+class Constant:
+    """A value the plan holds itself, read on first use (a model loaded without its weights,
+    to be drawn, never reads it), and its type's text (`!torch.vtensor<...>`)."""
+
+    def __init__(self, read: Callable[[], np.ndarray], type: str) -> None:
+        self._read = read
+        self.type = type
+
+    @functools.cached_property
+    def value(self) -> np.ndarray:
+        """The value, read-only: every run hands out this one array (`run` copies it)."""
+        value = np.array(self._read())
+        value.flags.writeable = False
+        return value
 
 
 def region_functions(module: ir.Module) -> dict[str, ir.Operation]:
@@ -57,10 +83,14 @@ def build_plan(module: ir.Module) -> Plan:
     regions = region_functions(module)
     block = fn.regions[0].blocks[0]
     slot: dict[ir.Value, int] = {a: k for k, a in enumerate(block.arguments)}
-    steps = []
+    steps, constants = [], {}
     ops = [op.operation for op in block.operations]
     for op in ops[:-1]:
         if op.name == onnx_view.NONE and not _used(op):
+            continue
+        if onnx_view.op_type(op) == "Constant":
+            slot[op.results[0]] = len(slot)
+            constants[slot[op.results[0]]] = _constant(op, module)
             continue
         if op.name != "func.call":
             raise CollageError(f"@{function_name(fn)}: op {onnx_view.op_type(op) or op.name} "
@@ -83,7 +113,23 @@ def build_plan(module: ir.Module) -> Plan:
         steps=steps,
         outputs=[slot[v] for v in ret.operands],
         slot_count=len(slot),
+        constants=constants,
     )
+
+
+def _constant(op: ir.Operation, module: ir.Module) -> Constant:
+    """An `onnx.Constant` outside the regions, as a plan constant."""
+    attr = onnx_view.attributes(op).get("value")
+    where = f"constant {onnx_view.node_name(op) or op.results[0].get_name()}"
+    if attr is None:
+        raise CollageError(f"{where} has no tensor value")
+
+    def read() -> np.ndarray:
+        try:
+            return attr_array(attr, lambda: module_resources(module))
+        except (KeyError, ValueError) as e:
+            raise CollageError(f"{where} cannot be read: {e}") from None
+    return Constant(read, str(op.results[0].type))
 
 
 def _specs(fn: ir.Operation) -> list[TensorSpec]:

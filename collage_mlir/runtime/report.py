@@ -503,6 +503,9 @@ def report_data(module: ir.Module, record: Record,
     for k, (name, arg) in enumerate(zip(plan.input_names, args, strict=True)):
         slots.source[k], slots.type[k] = f"input:{name}", arg.type
         slots.producer[k] = slots.backend[k] = HOST
+    for k, constant in plan.constants.items():
+        slots.source[k], slots.type[k] = "const", ir.Type.parse(constant.type, module.context)
+        slots.producer[k] = slots.backend[k] = HOST
     regions, handoffs, next_id = [], [], 0
     for k, step in enumerate(plan.steps):
         graph = DataflowGraph(functions[step.callee], owner=module)
@@ -518,7 +521,7 @@ def report_data(module: ir.Module, record: Record,
         regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee],
                                record.verdict))
     handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)
-                 if slots.producer[slot] != HOST]  # a model input returned as is moves nothing
+                 if slots.producer[slot] != HOST]  # an input or constant returned moves nothing
     if transition is not None:
         _price(handoffs, regions, transition)
     data = {"schema_version": SCHEMA_VERSION, "model": _model_io(plan, slots),

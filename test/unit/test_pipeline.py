@@ -62,6 +62,41 @@ def test_mixed_partition_matches_onnxruntime(name, mixing_table):
     check_against_onnxruntime(model, path)
 
 
+# outputs no region computes: a Constant node's (torch's zeros_like), an initializer (a
+# simplified export returning a parameter), an input returned as it is, zeros of 256 KiB
+# (above the folding bound for values the model only uses), a size computed from a shape
+RETURNS_AS_IS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,4,8,8] x) => (float[1,4,8,8] y, float[1,4] z, float[1,4] w, float[1,4,8,8] x,
+                         float[1,64,32,32] big, float[4] s)
+  <float[1,4] c = {1.0, 2.0, 3.0, 4.0}, int64[4] shape = {1, 64, 32, 32}> {
+  y = Relu(x)
+  z = Constant<value = float[1,4] {5.0, 6.0, 7.0, 8.0}>()
+  w = Identity(c)
+  big = ConstantOfShape<value = float[1] {0.5}>(shape)
+  s0 = Shape(x)
+  s = Cast<to = 1>(s0)
+}
+"""
+
+
+@needs_two
+def test_outputs_no_region_computes_come_out_right(tmp_path, mixing_table):
+    path = tmp_path / "returns.onnx"
+    onnx.save(onnx.parser.parse_model(RETURNS_AS_IS), path)
+    model = collage_mlir.compile(str(path), backends=GRAPH_BACKENDS,
+                                 cost=f"table:{mixing_table}")
+    check_against_onnxruntime(model, str(path))
+    report = json.loads(model.report(format="json"))
+    sources = [o["source"] for o in report["model"]["outputs"]]
+    assert sources[1:3] == ["const", "const"] and sources[3] == "input:x"
+    first = model.run(random_inputs(model.module, seed=1))
+    first[4][...] = 0  # the caller's copy: the next run still returns the constant
+    loaded = collage_mlir.load(model.save(tmp_path / "saved"))
+    again = loaded.run(random_inputs(model.module, seed=1))
+    assert np.all(again[4] == 0.5) and again[5].tolist() == [1, 4, 8, 8]
+
+
 @pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
 def test_three_backends_on_squeezenet(mixing_table):
     path = light_model_path("squeezenet")

@@ -128,6 +128,25 @@ def test_large_constant_of_shape_weights_stay_ops() -> None:
     assert [n.op_type for n in folded.graph.node] == ["Constant", "ConstantOfShape", "MatMul"]
 
 
+def test_values_returned_as_they_are_keep_their_types_and_constant_outputs_fold() -> None:
+    # an input and an initializer returned as they are, and a returned ConstantOfShape
+    # above the folding bound (the model returns its data either way)
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,4] x) => (float[N,4] y, float[N,4] x, float[2,3] c, float[256,256] w)
+          <float[2,3] c = {1, 2, 3, 4, 5, 6}> {
+          y = Relu(x)
+          shape = Constant<value = int64[2] {256, 256}>()
+          w = ConstantOfShape<value = float[1] {0.5}>(shape)
+        }""")
+    folded = _folded(model, {"x": [2, 4]})
+    dims = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim]
+            for o in folded.graph.output}
+    assert dims == {"y": [2, 4], "x": [2, 4], "c": [2, 3], "w": [256, 256]}
+    assert [n.op_type for n in folded.graph.node] == ["Relu"]
+    assert "w" in {i.name for i in folded.graph.initializer}
+
+
 def test_a_model_with_a_dynamic_input_fails_at_once_naming_input_shape_and_flag() -> None:
     with pytest.raises(CollageError) as err:
         import_onnx(_model(RESHAPE_BY_SHAPE))
