@@ -94,7 +94,7 @@ def build_plan(module: ir.Module) -> Plan:
             continue
         if op.name != "func.call":
             raise CollageError(f"@{function_name(fn)}: op {onnx_view.op_type(op) or op.name} "
-                               "is outside every region; run collage-outline first")
+                               f"is outside every region ({_why_outside(op)})")
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         if callee not in regions:
             raise CollageError(f"call to @{callee}, which is not a region function")
@@ -130,6 +130,16 @@ def _constant(op: ir.Operation, module: ir.Module) -> Constant:
         except (KeyError, ValueError) as e:
             raise CollageError(f"{where} cannot be read: {e}") from None
     return Constant(read, str(op.results[0].type))
+
+
+def _why_outside(op: ir.Operation) -> str:
+    """What leaves an op outside the regions: a value computed from constants alone that
+    the import could not fold (no region computes those), or a module not outlined."""
+    if all(isinstance(v.owner, ir.Operation | ir.OpView)
+           and onnx_view.op_type(v.owner.operation) == "Constant" for v in op.operands):
+        return ("it computes a model output from constants alone, which the import could "
+                "not fold; fold it in the ONNX file")
+    return "run collage-outline first"
 
 
 def _specs(fn: ir.Operation) -> list[TensorSpec]:

@@ -241,3 +241,37 @@ def test_results_are_the_callers_own_and_inputs_are_read_afresh(backends):
         np.testing.assert_allclose(g, e, rtol=1e-6)
     for g, e in zip(first, expected(x1, y1), strict=True):  # the first results stand
         np.testing.assert_allclose(g, e, rtol=1e-6)
+
+
+@pytest.mark.parametrize("operand, says", [
+    ("%k", "from constants alone, which the import could not fold"),
+    ("%arg0", "run collage-outline first"),
+])
+def test_an_op_left_outside_the_regions_is_refused_saying_why(operand, says):
+    from collage_mlir.errors import CollageError
+    from collage_mlir.runtime.plan import build_plan
+
+    module = collage_mlir.parse_mlir(f"""
+func.func @f(%arg0: {T}) -> {T} {{
+  %k = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<1.0> : tensor<2x4xf32>}} : () -> {T}
+  %n = torch.operator "onnx.Neg"({operand}) : ({T}) -> {T}
+  return %n : {T}
+}}""")
+    with pytest.raises(CollageError, match="op Neg is outside every region") as e:
+        build_plan(module)
+    assert says in str(e.value)
+
+
+def test_a_returned_constant_fills_its_slot_read_only():
+    from collage_mlir.runtime.plan import build_plan
+
+    module = collage_mlir.parse_mlir(f"""
+func.func @f(%arg0: {T}) -> ({T}, {T}) {{
+  %k = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]> : tensor<2x4xf32>}} : () -> {T}
+  return %arg0, %k : {T}, {T}
+}}""")
+    plan = build_plan(module)
+    (slot, constant), = plan.constants.items()
+    assert plan.outputs == [0, slot] and constant.type == T
+    assert constant.value.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert not constant.value.flags.writeable
