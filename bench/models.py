@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2"]  # + tiny_bert with dynamic batch
+FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2", "tiny_llama"]  # + tiny_bert with dynamic batch
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,12 @@ ZOO: dict[str, ZooModel] = {
                                   _image(64), "logits"),
     "tiny_deepspeech2": ZooModel(_deepspeech2(hidden=16, layers=2, features=33),
                                  {"spectrogram": ((1, 1, 33, 24), "image")}, "log_probs"),
+    "tiny_llama": ZooModel(_encoder("LlamaModel", "LlamaConfig", num_hidden_layers=2,
+                                    hidden_size=64, intermediate_size=128,
+                                    num_attention_heads=4, num_key_value_heads=2,
+                                    vocab_size=1000, max_position_embeddings=64,
+                                    use_cache=False), _tokens(1000, 16),
+                           "last_hidden_state"),
 }
 
 
@@ -354,7 +360,8 @@ def reference(name: str, model=None) -> tuple[dict[str, np.ndarray], np.ndarray]
     torch, _ = _require()
     feeds = inputs(name)
     with torch.no_grad():
-        out = (model or build(name))(**{k: torch.from_numpy(v) for k, v in feeds.items()})
+        # positionally, in the spec's order, as `_write` exports it (encoders take *args)
+        out = (model or build(name))(*[torch.from_numpy(v) for v in feeds.values()])
     return feeds, out.numpy()
 
 

@@ -16,7 +16,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.tools import cli
 
 DATA = Path(__file__).parents[1] / "data" / "exported"
-MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2"]
+MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2", "tiny_llama"]
 
 
 def _reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -91,6 +91,26 @@ def test_recurrent_model_split_across_backends_computes_what_torch_did(tmp_path)
     order = [s.backend for s in model.plan.steps]
     assert order[0] == order[-1] == "onnxruntime" and "openvino" in order  # both directions
     feeds, want = _reference("tiny_deepspeech2")
+    loaded = collage_mlir.load(model.save(tmp_path / "out"))
+    for runner in (model, loaded):
+        (got,) = runner.run(feeds)
+        assert _relative(got, want) < 1e-4
+
+
+def test_llama_split_across_backends_computes_what_torch_did(tmp_path) -> None:
+    """A Llama decoder (rotary positions, RMS norms, grouped key-value heads, a causal mask
+    built from the attention mask) with its MatMuls on OpenVINO and the rest on onnxruntime
+    (a cost table, a test double, says so), saved and loaded: torch's numbers."""
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({
+        "per_op": {"onnxruntime": {"MatMul": 1.0, "*": 1e-4},
+                   "openvino": {"MatMul": 1e-3, "*": 1.0}},
+        "transition": {"per_call": 1e-5}}))
+    model = collage_mlir.compile(DATA / "tiny_llama.onnx", backends=["onnxruntime", "openvino"],
+                                 cost=f"table:{table}", cache=tmp_path / "c.sqlite",
+                                 refine_budget_s=0)
+    assert {s.backend for s in model.plan.steps} == {"onnxruntime", "openvino"}
+    feeds, want = _reference("tiny_llama")
     loaded = collage_mlir.load(model.save(tmp_path / "out"))
     for runner in (model, loaded):
         (got,) = runner.run(feeds)
