@@ -124,12 +124,32 @@ def first_join(_doubles) -> str:
 
 
 def test_a_gain_within_the_runs_own_noise_is_not_kept(doubles, monkeypatch):
-    medians = {refine_mod.INCUMBENT: 2.0e-3, refine_mod.AGAIN: 2.2e-3}  # 10% noise
+    medians = {refine_mod.INCUMBENT: 2.0e-3, refine_mod.AGAIN: 2.2e-3,  # 10% noise
+               refine_mod.REBUILT: 2.0e-3}
     _, better, record, _ = run_refine(doubles, lambda n: medians.get(n, 1.9e-3), monkeypatch)
     assert better is None
     assert record.noise == pytest.approx(0.1)
     timed = [t for t in record.trials if t.measured_s is not None]
     assert timed and all(t.why == "within the noise" and not t.kept for t in timed)
+
+
+def test_a_neighbour_that_only_beats_a_slow_build_of_the_incumbent_is_not_kept(doubles,
+                                                                            monkeypatch):
+    """The incumbent is also built afresh and timed with the rest: here that second build
+    runs 10% faster than the first, and the neighbour's 7% over the first is within it."""
+    medians = {refine_mod.INCUMBENT: 2.0e-3, refine_mod.AGAIN: 2.0e-3,
+               refine_mod.REBUILT: 1.8e-3}
+    seen = []
+
+    def rule(name):
+        seen.append(name)
+        return medians.get(name, 1.86e-3)
+
+    _, better, record, _ = run_refine(doubles, rule, monkeypatch)
+    assert refine_mod.REBUILT in seen and better is None
+    assert record.incumbent_s == pytest.approx(1.8e-3)
+    assert record.noise == pytest.approx(0.2e-3 / 1.8e-3)
+    assert not any(t.kept for t in record.trials)
 
 
 def test_a_neighbour_with_wrong_numbers_is_never_timed(doubles, monkeypatch):
