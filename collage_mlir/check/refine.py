@@ -32,8 +32,9 @@ estimate becomes a measured one). Each neighbour is built on a copy of the un-ou
 module, reusing the incumbent's compiled kernels for every region it shares, run once and
 compared with the incumbent's outputs, then timed side by side, interleaved, with the
 incumbent — which is timed twice, and once more as a second build of its own regions
-(compiled afresh: builds of one model differ by a few percent), so the run measures its own
-noise, builds included. A neighbour replaces the incumbent only when it is faster than the
+(compiled afresh: builds of one model differ by a few percent; up to CONTROL_REGIONS
+regions, while half the budget is left), so the run measures its own noise, builds
+included. A neighbour replaces the incumbent only when it is faster than the
 faster incumbent build by more than that noise (and by at least NOISE_FLOOR), and again in a
 second timing of the two alone. Compiling stops when half the budget is
 spent; a winner's neighbours are not tried (one step: the budget is seconds).
@@ -74,6 +75,9 @@ from collage_mlir.tensors import compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
 MAX_NEIGHBOURS = 6
+CONTROL_REGIONS = 8
+"""The incumbent is built a second time (the control) only up to this many regions, and
+only while half the budget is left: each of its regions is compiled again."""
 LEAK_BYTES = 64 << 20
 """A second run of the incumbent growing the process by more than this stops refinement."""
 MAX_BASELINES = 1
@@ -297,7 +301,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         built[what] = (model, nb)
     if built:
         runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
-        control = _rebuilt(pristine, pick, rows, inputs, reference)
+        control = (_rebuilt(pristine, pick, rows, inputs, reference)
+                   if len(pick.choices) <= CONTROL_REGIONS
+                   and time.perf_counter() - start <= budget_s / 2 else None)
         if control is not None:
             runners[REBUILT] = control.run
         runners.update({what: m.run for what, (m, _) in built.items()})
