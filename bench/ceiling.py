@@ -363,8 +363,9 @@ def main() -> None:
                  f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
                  f"{wall[ort]:.2f} / {wall[ov]:.2f}"]
         print("| " + " | ".join(cells) + " |", flush=True)
+        nodes = Attribution(model).nodes
         for anchor, times in pair.differing(args.top):
-            op = Attribution(model).nodes[anchor].op_type
+            op = nodes[anchor].op_type
             cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
             notes.append(f"{label}: {op} {anchor}: {cells}")
     if notes:

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,7 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
     with ctx, ir.Location.unknown():
         combined = ir.Module.create()
         for module, name in zip(modules, names, strict=True):
-            blobs = _blob_table(module) if cpu_rewrites else None
+            blobs = _blob_table(module) if cpu_rewrites else {}
             materialize(module)  # IREE compiles the text: weights kept in a store go back in
             if _only_function(module).context is not ctx:
                 module = ir.Module.parse(str(module), ctx)
@@ -220,16 +220,11 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
     return combined, names
 
 
-def _blob_table(module: ir.Module) -> Callable[[], Mapping[str, bytes | memoryview]]:
+def _blob_table(module: ir.Module) -> Mapping[str, bytes | memoryview]:
     """The module's blobs, read before `materialize` drops the name of its weight store, and
     only when it has a Resize (the one rewrite that reads a constant)."""
-    table = module_resources(module) if _has_op(module, "Resize") else {}
-    return lambda: table
-
-
-def _has_op(module: ir.Module, op_type: str) -> bool:
-    return any(onnx_view.op_type(op) == op_type
-               for op in _only_function(module).regions[0].blocks[0].operations)
+    has_resize = iree_rewrites.ops_of(_only_function(module), "Resize")
+    return module_resources(module) if has_resize else {}
 
 
 # -- runtime ----------------------------------------------------------------------------

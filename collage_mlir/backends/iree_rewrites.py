@@ -36,9 +36,9 @@ def rewrite(fn: ir.Operation, constant: Constant) -> dict[str, int]:
             "resize": nearest_resizes_as_expands(fn, constant)}
 
 
-def constant_reader(resources: Callable[[], Mapping[str, bytes | memoryview]]) -> Constant:
-    """A `Constant` reading `dense` values inline and `dense_resource` ones from the blob
-    table `resources()` returns (asked for only when a resource is read)."""
+def constant_reader(blobs: Mapping[str, bytes | memoryview]) -> Constant:
+    """A `Constant` reading `dense` values inline and `dense_resource` ones from `blobs`
+    (the region's blob table)."""
     def read(value: ir.Value) -> np.ndarray | None:
         owner = value.owner
         if not isinstance(owner, ir.Operation | ir.OpView):
@@ -47,13 +47,14 @@ def constant_reader(resources: Callable[[], Mapping[str, bytes | memoryview]]) -
         attr = onnx_view.attributes(op).get("value") if onnx_view.op_type(op) == "Constant" \
             else None
         try:
-            return None if attr is None else attr_array(attr, resources)
+            return None if attr is None else attr_array(attr, lambda: blobs)
         except (KeyError, ValueError):  # a blob not at hand: no rewrite, not an error
             return None
     return read
 
 
-def _ops(fn: ir.Operation, op_type: str) -> list[ir.Operation]:
+def ops_of(fn: ir.Operation, op_type: str) -> list[ir.Operation]:
+    """The ops of `fn`'s body that are ONNX `op_type`."""
     return [op for op in fn.regions[0].blocks[0].operations if onnx_view.op_type(op) == op_type]
 
 
@@ -83,7 +84,7 @@ _AS_2D = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v],
 def convolutions_as_2d(fn: ir.Operation) -> int:
     """Rewrite each ungrouped 1-D `onnx.Conv` in `fn` as Unsqueeze → 2-D Conv (height 1) →
     Squeeze; returns how many."""
-    convs = [op for op in _ops(fn, "Conv") if _is_1d_ungrouped(op)]
+    convs = [op for op in ops_of(fn, "Conv") if _is_1d_ungrouped(op)]
     for op in convs:
         x, w, *bias = op.operands
         with ir.InsertionPoint(op), op.location:
@@ -130,7 +131,7 @@ def nearest_resizes_as_expands(fn: ir.Operation, constant: Constant) -> int:
     Reshape (a unit axis after each scaled one) → Expand (the unit axes to the factors) →
     Reshape (to the output); returns how many."""
     done = 0
-    for op in _ops(fn, "Resize"):
+    for op in ops_of(fn, "Resize"):
         factors = _whole_factors(op, constant)
         if factors is None:
             continue
