@@ -183,7 +183,8 @@ class Verdict:
     timings: dict[str, float] = field(default_factory=dict)
     lost: LostPick | None = None
     noise: float | None = None
-    """Relative difference of the pick's two medians in the same run (None: not timed)."""
+    """Widest relative difference between two medians of one contender in the same run (the
+    pick timed twice; an incumbent's two builds); None: not timed."""
 
     def summary(self) -> str:
         cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())

@@ -49,11 +49,14 @@ def relu_chain(n: int = 12) -> ir.Module:
     return collage_mlir.import_onnx(model)
 
 
-def fake_timings(medians: dict[str, float], again: float | None = None, calls: list | None = None):
+def fake_timings(medians: dict[str, float], again: float | None = None, calls: list | None = None,
+                 rebuilt: dict[str, float] | None = None):
     """A stand-in for time_side_by_side that reports fixed medians (and runs nothing); the
-    pick's second instance gets `again` (default: the pick's median). `calls` collects the
-    contender names of each call."""
-    table = {**medians, verify.AGAIN: medians[verify.PICK] if again is None else again}
+    pick's second timing gets `again` (default: the pick's median), a contender's second
+    build its `rebuilt` entry (default: its median). `calls` collects the contender names
+    of each call."""
+    table = {**medians, verify.AGAIN: medians[verify.PICK] if again is None else again,
+             **{verify.rebuilt(n): (rebuilt or {}).get(n, t) for n, t in medians.items()}}
 
     def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
         assert set(runners) <= set(table)
@@ -134,7 +137,8 @@ def test_alternatives_are_cheapest_first_and_within_margin(monkeypatch):
 
     monkeypatch.setattr(verify, "time_side_by_side", timer)
     model = compile_chain(GRAPH_BACKENDS)
-    assert set(seen) == {verify.PICK, verify.AGAIN} | {f"{b} whole" for b in GRAPH_BACKENDS}
+    wholes = {f"{b} whole" for b in GRAPH_BACKENDS}  # each could be the incumbent: two builds
+    assert set(seen) == {verify.PICK, verify.AGAIN} | wholes | {verify.rebuilt(n) for n in wholes}
     assert model.verdict.kept == verify.PICK
 
 
@@ -236,6 +240,44 @@ def test_a_split_pick_within_the_noise_of_a_whole_model_gives_way(monkeypatch):
                         fake_timings({verify.PICK: 0.99e-3, "onnxruntime whole": 1e-3}))
     model = compile_chain(["onnxruntime"])
     assert model.verdict.kept == "onnxruntime whole" and len(model.plan.steps) == 1
+
+
+def test_a_split_pick_must_beat_the_faster_build_of_the_whole_model(monkeypatch):
+    """The split runs 5% under the whole model's first build, but the second build of that
+    whole model is faster still: the 6% spread between the builds is noise, the whole model
+    stays."""
+    calls = []
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 0.95e-3, "onnxruntime whole": 1e-3}, calls=calls,
+        rebuilt={"onnxruntime whole": 0.94e-3}))
+    model = compile_chain(["onnxruntime"])
+    assert calls[0] == sorted([verify.PICK, verify.AGAIN, "onnxruntime whole",
+                               verify.rebuilt("onnxruntime whole")])
+    assert model.verdict.kept == "onnxruntime whole" and len(model.plan.steps) == 1
+    assert model.verdict.noise == pytest.approx(0.06 / 0.94)
+    assert model.verdict.timings == {verify.PICK: 0.95e-3, "onnxruntime whole": 0.94e-3}
+
+
+def test_a_split_pick_faster_than_both_builds_is_kept(monkeypatch):
+    """Beating the faster build by more than the builds' spread: the split stays."""
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 0.9e-3, "onnxruntime whole": 1e-3},
+        rebuilt={"onnxruntime whole": 0.97e-3}))
+    model = compile_chain(["onnxruntime"])
+    assert model.verdict.kept == verify.PICK and len(model.plan.steps) == 12
+
+
+@needs_two
+def test_a_one_region_pick_is_timed_as_two_builds(tmp_path, monkeypatch):
+    """openvino whole 5% under the pick's first build, 1% over its second: the pick stays,
+    and the confirmation would have timed the faster build."""
+    calls = []
+    model = one_region_pick(tmp_path, monkeypatch, fake_timings(
+        {verify.PICK: 1.0, "openvino whole": 0.95}, calls=calls,
+        rebuilt={verify.PICK: 0.94}))
+    assert calls[0] == sorted([verify.PICK, verify.AGAIN, verify.rebuilt(verify.PICK),
+                               "openvino whole"])
+    assert model.verdict.kept == verify.PICK and len(calls) == 1
 
 
 @needs_two
