@@ -315,17 +315,23 @@ def named(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.cpu_count() or 1
+def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.cpu_count() or 1,
+            batch: int | None = None
             ) -> tuple[Ceiling, float, dict[str, float], onnx.ModelProto]:
     """(the backends' ceiling, the noise ceiling, wall ms per contender, the named model)
     for a model file or proto, shapes folded and rewritten as Collage's import does; raises
-    what a backend raises when it cannot run it whole."""
+    what a backend raises when it cannot run it whole. `batch`: every input's first
+    dimension (the model's must be dynamic), its rows drawn as a batch of 1 with
+    successive seeds."""
     model = named(source if isinstance(source, onnx.ModelProto) else onnx.load(source))
-    canonicalize(make_static(model, "ceiling"))  # the model as Collage imports it
+    shapes = batched_shapes(model, batch) if batch else None
+    canonicalize(make_static(model, "ceiling", shapes))  # the model as Collage imports it
     with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
         path = os.path.join(scratch, "model.onnx")
         onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
-        feeds = models.inputs(source if isinstance(source, str) else path)
+        key = source if isinstance(source, str) else path
+        rows = [models.inputs(key, seed=k) for k in range(batch or 1)]
+        feeds = {n: np.concatenate([r[n] for r in rows]) for n in rows[0]}
         contenders = [*PROFILERS, *(b + CONTROL for b in PROFILERS)]
         kernels, wall = profile(path, feeds, rounds, threads, contenders)
     pair = ceiling_of(model, {b: kernels[b] for b in PROFILERS})
@@ -334,12 +340,27 @@ def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.c
     return pair, noise, wall, model
 
 
+def batched_shapes(model: onnx.ModelProto, batch: int) -> dict[str, list[int]]:
+    """Input shapes with the first dimension `batch` and the rest as declared; a model whose
+    inputs declare a static first dimension is refused by the import as any other."""
+    known = {i.name for i in model.graph.initializer}
+    out = {}
+    for value in model.graph.input:
+        if value.name not in known:
+            dims = value.type.tensor_type.shape.dim
+            out[value.name] = [batch] + [d.dim_value for d in dims[1:]]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,mobilenet_v2,fast_neural_style,deepspeech2")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--top", type=int, default=3, help="anchors listed where winners differ")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="every input's first dimension (a model exported with "
+                         "`bench/models.py --dynamic-batch`, or an .onnx path with one)")
     args = ap.parse_args()
     names = args.models.split(",")
     unknown = [n for n in names if not known_model(n)]
@@ -353,7 +374,7 @@ def main() -> None:
     for name in names:
         label, source = resolve(name)
         try:
-            pair, noise, wall, model = measure(source, args.rounds, args.threads)
+            pair, noise, wall, model = measure(source, args.rounds, args.threads, args.batch)
         except Exception as e:  # a backend that cannot run the model whole: say so, go on
             print(f"| {label} | cannot profile both whole models: "
                   f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)

@@ -35,7 +35,12 @@ SMALL_INITIALIZER = 1 << 12
 shape-like constants); larger ones are passed as typed inputs."""
 
 NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-           "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct"}
+           "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct",
+           "DequantizeLinear"}
+"""Ops never folded: random ones, control flow, and DequantizeLinear — a quantized model's
+int8 weights stay int8 behind their DequantizeLinear, the pattern (DQ → Conv → Q) by which
+backends recognise an integer kernel; folded, the weights become float and so do the
+kernels."""
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from ceiling import Attribution, Ceiling, Kernel, ceiling_of, named  # noqa: E402
+from ceiling import Attribution, Ceiling, Kernel, batched_shapes, ceiling_of, named  # noqa: E402
 
 
 @pytest.fixture
@@ -116,3 +116,12 @@ def test_a_fused_kernel_named_after_its_tail_goes_to_the_compute_node_it_lists(m
     assert per_anchor == {"lrn": 2.0}  # the first compute node among its names
     per_anchor, _ = Attribution(model).charge([Kernel(("relu", "gemm"), "FullyConnected", 2.0)])
     assert per_anchor == {"gemm": 2.0}
+
+
+def test_a_batch_sets_every_inputs_first_dimension_and_no_initializers():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 16])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])  # an initializer listed too
+    graph = helper.make_graph([], "g", [x, ids, w], [],
+                              [helper.make_tensor("w", TensorProto.FLOAT, [4], [0.0] * 4)])
+    assert batched_shapes(helper.make_model(graph), 8) == {"x": [8, 3, 8, 8], "ids": [8, 16]}

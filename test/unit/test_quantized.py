@@ -1,0 +1,64 @@
+"""Quantized (QDQ) models: int8 weights stay int8 through the import, regions keep the
+DequantizeLinear → Conv → QuantizeLinear pattern by which backends pick integer kernels,
+and quantized tensors are compared in steps of their scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import collage_mlir
+from collage_mlir.static_shapes import make_static
+
+
+def qdq_conv_model(seed: int = 0) -> onnx.ModelProto:
+    """x → Q → DQ → Conv(DQ(int8 weights, per channel), bias) → Relu → Q → DQ → y, as
+    onnxruntime's static quantizer writes it."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8)
+    inits = [numpy_helper.from_array(a, n) for n, a in [
+        ("x_scale", np.array(0.02, np.float32)), ("x_zp", np.array(128, np.uint8)),
+        ("w", w), ("w_scale", rng.uniform(0.001, 0.002, 8).astype(np.float32)),
+        ("w_zp", np.zeros(8, np.int8)), ("b", rng.standard_normal(8).astype(np.float32)),
+        ("y_scale", np.array(0.05, np.float32)), ("y_zp", np.array(0, np.uint8))]]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zp"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "y_scale", "y_zp"], ["rq"]),
+        helper.make_node("DequantizeLinear", ["rq", "y_scale", "y_zp"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_weight_dequantization_is_not_folded():
+    model = make_static(qdq_conv_model(), "qdq")
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("DequantizeLinear") == 3 and ops.count("QuantizeLinear") == 2
+    weights = {i.name: i.data_type for i in model.graph.initializer}
+    assert weights["w"] == TensorProto.INT8
+    ir = str(collage_mlir.import_onnx(qdq_conv_model()))
+    assert "onnx.DequantizeLinear" in ir and "vtensor<[8,3,3,3],si8>" in ir
+
+
+def test_a_partitioned_qdq_model_computes_what_onnxruntime_does_on_it(tmp_path):
+    """The region onnxruntime receives still has its integer weights and pattern: its
+    outputs equal onnxruntime's on the original file, bit for bit (folded to float weights,
+    the convolution ran in float and differed)."""
+    path = tmp_path / "qdq.onnx"
+    onnx.save(qdq_conv_model(), path)
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    table = tmp_path / "costs.json"
+    table.write_text('{"per_op": {"onnxruntime": {"*": 1.0}}}')
+    model = collage_mlir.compile(str(path), backends=["onnxruntime"], cost=f"table:{table}")
+    assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
+    np.testing.assert_array_equal(model.run([x])[0], want)
