@@ -59,6 +59,7 @@ from collage_mlir.search.greedy import Baseline
 from collage_mlir.search.partitioning import Choice, Partitioning, check_cover
 from collage_mlir.static_shapes import parse_input_shape
 from collage_mlir.tensors import model_inputs
+from collage_mlir.tools.cmd_partition import tolerance
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ceiling  # noqa: E402
@@ -114,7 +115,8 @@ def build_baseline(path, shapes, baseline: Baseline):
         return build(module, Partitioning(graph, choices, old.total_cost, old.transition_cost))
 
 
-def op_winners(path, shapes, backends: list[str], cache) -> tuple[dict[str, float], float]:
+def op_winners(path, shapes, backends: list[str], cache, tol=None
+               ) -> tuple[dict[str, float], float]:
     """From the measure table (single-op candidates, read back from the cache): each
     backend's share of the sum of per-op minima (the time of the ops it is fastest on), and
     the headroom: the best backend's op-by-op sum over that sum (only backends that run every
@@ -125,7 +127,7 @@ def op_winners(path, shapes, backends: list[str], cache) -> tuple[dict[str, floa
         graph = entry_graph(module)
         singles = [c for c in annotate(graph, backends, SubGraphConfig(max_depth=1))
                    if c.inside.bit_count() == 1]
-        with make_estimator("measure", backends, cache) as estimator:
+        with make_estimator("measure", backends, cache, tolerance=tol) as estimator:
             costs = estimator.estimate(singles)
     per_op: dict[int, dict[str, float]] = {}
     for c, cost in zip(singles, costs, strict=True):
@@ -154,7 +156,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     t0 = time.perf_counter()
     mixed = collage_mlir.compile(path, backends=backends, cache=args.cache,
                                  max_depth=args.max_depth, input_shapes=shapes,
-                                 refine_budget_s=args.refine_budget)
+                                 refine_budget_s=args.refine_budget,
+                                 tolerance=tolerance(args))
     row["partition_s"] = time.perf_counter() - t0
     row["regions"] = len(mixed.partitioning.choices)
     row["estimated_ms"] = mixed.estimated_cost * 1e3
@@ -171,7 +174,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
         if b in args.single:
             try:
                 single = collage_mlir.compile(path, backends=[b], cache=args.cache,
-                                              max_depth=args.max_depth, input_shapes=shapes)
+                                              max_depth=args.max_depth, input_shapes=shapes,
+                                              tolerance=tolerance(args))
                 runners[f"{b}/collage"] = single.run
                 row[f"{b}/collage_regions"] = len(single.plan.steps)
             except Exception as e:
@@ -186,7 +190,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
-    row["op_winners"] = op_winners(path, shapes, backends, args.cache)
+    row["op_winners"] = op_winners(path, shapes, backends, args.cache, tolerance(args))
     if args.ceiling:
         row["ceiling"] = ceiling_cell(path)
     row["refinement"] = mixed.refinement
@@ -266,6 +270,10 @@ def main() -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="static shape for a dynamic input (repeatable)")
     p.add_argument("--backends", default=",".join(available_backends()))
+    p.add_argument("--rtol", type=float, default=None,
+                   help="outputs' relative tolerance (as `collage-mlir partition --rtol`)")
+    p.add_argument("--atol-scale", type=float, default=None,
+                   help="outputs' absolute tolerance as a fraction of their magnitude")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--cache", default=None)
     p.add_argument("--max-depth", type=int, default=None)

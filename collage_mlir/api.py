@@ -34,7 +34,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             kernel_budget_s: float | None = None, measure_budget_s: float | None = None,
             prune: bool = True, merge: bool = True,
             refine_budget_s: float = REFINE_BUDGET_S,
-            executor: str | RemoteExecutor | None = None) -> PartitionedModel:
+            executor: str | RemoteExecutor | None = None,
+            tolerance: tuple[float, float] | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
     `model`: an .onnx or .mlir path, an `onnx.ModelProto` or an imported `ir.Module`.
@@ -56,7 +57,10 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     `collage_mlir.check.refine`). `executor`: where candidates are measured: None or "local" on this
     machine, "ray" on this machine's Ray cluster (or a local one started for the run),
     "ray://HOST:PORT" through Ray Client, or a `cost.remote.RemoteExecutor` (kept open).
-    The report lists the candidates left out, per backend and reason.
+    `tolerance`: (rtol, atol_scale): every output element within `atol_scale * max|ref| +
+    rtol * |ref|` of the reference backend's (default (0.01, 0.003); `tensors.compare`):
+    a quantized model's backends round differently, and their difference grows with
+    depth. The report lists the candidates left out, per backend and reason.
     """
     options = PartitionOptions(
         backends=backends, cache=cache,
@@ -65,5 +69,5 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
         timeout_s=timeout_s, kernel_budget_s=kernel_budget_s,
         measure_budget_s=measure_budget_s, prune=prune, merge=merge,
-        refine_budget_s=refine_budget_s, executor=executor)
+        refine_budget_s=refine_budget_s, executor=executor, tolerance=tolerance)
     return partition(model, options, estimator)

@@ -84,6 +84,9 @@ class PartitionOptions:
     """Longest one candidate may take to compile, check and time before it is a timeout."""
     kernel_budget_s: float | None = None
     """Seconds of timing per kernel at most (None: `MeasureSettings`' default)."""
+    tolerance: tuple[float, float] | None = None
+    """(rtol, atol_scale) outputs are checked to against the reference (`tensors.compare`;
+    None: `MeasureSettings`' default)."""
     measure_budget_s: float | None = None
     """Seconds the measure phase may take before it stops measuring multi-op candidates
     (None: no limit)."""
@@ -176,21 +179,29 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
 
 def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
                    timeout_s: float = DEFAULT_TIMEOUT_S, kernel_budget_s: float | None = None,
-                   executor: str | RemoteExecutor | None = None) -> CostEstimator:
+                   executor: str | RemoteExecutor | None = None,
+                   tolerance: tuple[float, float] | None = None) -> CostEstimator:
     """'measure' → the measuring estimator (real backends + cache; `timeout_s` per
-    candidate, `kernel_budget_s` of timing per kernel, measured where `executor` says);
-    'table:FILE' → a table."""
+    candidate, `kernel_budget_s` of timing per kernel, outputs checked to `tolerance`
+    (rtol, atol_scale), measured where `executor` says); 'table:FILE' → a table."""
     if not 0 < timeout_s < math.inf:
         raise CollageError(f"timeout {timeout_s}: must be a positive number of seconds")
     if kernel_budget_s is not None and not 0 < kernel_budget_s < math.inf:
         raise CollageError(f"kernel budget {kernel_budget_s}: must be a positive number "
                            "of seconds")
+    if tolerance is not None and not all(0 <= t < math.inf for t in tolerance):
+        raise CollageError(f"tolerance {tolerance}: rtol and atol scale must be finite "
+                           "numbers ≥ 0")
     if cost == "measure":
         from collage_mlir.cost.measure import MeasuringEstimator
         from collage_mlir.cost.protocol import MeasureSettings
 
-        settings = (None if kernel_budget_s is None
-                    else MeasureSettings(budget_s=kernel_budget_s))
+        fields: dict[str, float] = {}
+        if kernel_budget_s is not None:
+            fields["budget_s"] = kernel_budget_s
+        if tolerance is not None:
+            fields["rtol"], fields["atol_scale"] = tolerance
+        settings = MeasureSettings(**fields) if fields else None
         return MeasuringEstimator(list(backends), cache_path=cache, timeout_s=timeout_s,
                                   settings=settings, executor=executor)
     if cost.startswith("table:"):
@@ -427,7 +438,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         verify = options.cost == "measure" and owns_estimator
     estimator = estimator or make_estimator(options.cost, names, options.cache,
                                             options.timeout_s, options.kernel_budget_s,
-                                            executor=options.executor)
+                                            executor=options.executor,
+                                            tolerance=options.tolerance)
     try:
         with _timed(timings, "hand-offs"):
             price_hand_offs(estimator, names, options.progress)
@@ -447,6 +459,9 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                  verify=verify, timeout_s=options.timeout_s)
         notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
                           timings, probed.partitioning)
+        hint = tolerance_hint(graph, candidates, probed.costs, estimator)
+        if hint:
+            print(f"collage: {hint}", file=sys.stderr, flush=True)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
                        names, rejected, notes, merges)
     finally:
@@ -493,6 +508,34 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
         refinement.report(refinement.estimate_s) if refinement else [])
     out.refinement = refinement
     return out
+
+
+WRONG_NUMBERS = re.compile(r"wrong numbers: max abs err ([-+.\deE]+) in output \d+ "
+                           r"\(max \|ref\| ([-+.\deE]+)")
+
+
+def tolerance_hint(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                   costs: Sequence[float], estimator: CostEstimator) -> str | None:
+    """For a quantized model (QuantizeLinear ops) whose whole model some backend ran but
+    with numbers outside the tolerance: what that backend's error was and the absolute
+    tolerance that would accept it. Int8 backends round differently, the difference grows
+    with depth, and which execution of a quantized model is right is the user's call."""
+    if not any(n.op_type == "QuantizeLinear" for n in graph.op_nodes()):
+        return None
+    errors = {}
+    for c, cost in zip(candidates, costs, strict=True):
+        if c.inside == graph.op_bits and math.isinf(cost):
+            found = WRONG_NUMBERS.search(estimator.reason(c) or "")
+            if found and float(found[2]) > 0:
+                errors[c.backend] = float(found[1]) / float(found[2])
+    if not errors:
+        return None
+    off = ", ".join(f"{b}'s {e:.1%}" for b, e in sorted(errors.items()))
+    needed = float(f"{1.25 * max(errors.values()):.2g}")  # a margin for other inputs
+    return (f"quantized model: whole models left out for their numbers ({off} of the "
+            f"output's magnitude off the reference; int8 kernels round differently and the "
+            f"difference grows with depth); --atol-scale {needed:g} (Python: tolerance="
+            f"(rtol, {needed:g})) accepts them, if such answers are right for you")
 
 
 def remeasure_drifted(estimator: CostEstimator, verdict: Verdict, pick: Partitioning,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S
 from collage_mlir.tools.args import (
     add_backends_argument,
@@ -43,6 +44,13 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds the measure phase may take: whole models and single ops "
                         "are always measured, larger candidates until it is spent (the "
                         "report counts those left unmeasured; default: no limit)")
+    p.add_argument("--rtol", type=non_negative_float, default=None, metavar="R",
+                   help="relative tolerance of every output element against the reference "
+                        "backend's (default 0.01)")
+    p.add_argument("--atol-scale", type=non_negative_float, default=None, metavar="A",
+                   help="absolute tolerance as a fraction of the output's largest magnitude "
+                        "(default 0.003); a quantized model's backends round differently and "
+                        "may need more")
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="measure every candidate, also those already shown unable to win")
     p.add_argument("--no-merge", dest="merge", action="store_false",
@@ -80,7 +88,16 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 timeout_s=args.timeout, kernel_budget_s=args.budget,
                                 measure_budget_s=args.measure_budget, prune=args.prune,
                                 merge=args.merge, refine_budget_s=args.refine_budget,
-                                executor=args.measure_on)
+                                executor=args.measure_on, tolerance=tolerance(args))
+
+
+def tolerance(args: argparse.Namespace) -> tuple[float, float] | None:
+    """`--rtol` / `--atol-scale` as the API's `tolerance` (None: neither given)."""
+    if args.rtol is None and args.atol_scale is None:
+        return None
+    default = MeasureSettings()
+    return (default.rtol if args.rtol is None else args.rtol,
+            default.atol_scale if args.atol_scale is None else args.atol_scale)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -52,6 +52,7 @@ from collage_mlir.graph.outline import region_name
 from collage_mlir.runtime.report import Rejection
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
+from collage_mlir.tensors import Tolerance
 
 MAX_PROBES = 4
 """Probes per run: after this many failed ones the run ends with a one-line CollageError."""
@@ -138,7 +139,8 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         if specs is None:  # a backend this process alone knows: no probe
             return Probed(pick, alternatives, costs=costs)
         scratch = tempfile.TemporaryDirectory(prefix="collage-final-")
-        outcome = _probe(module, pick, alternatives, reference, specs, scratch.name, timeout_s)
+        outcome = _probe(module, pick, alternatives, reference, specs, scratch.name, timeout_s,
+                         estimator.tolerance)
         for note in outcome.notes:
             say(f"collage: final compile: {note}")
         if outcome.ok:
@@ -247,11 +249,12 @@ def _entry_point(name: str) -> bool:
 
 def _job(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partitioning],
          reference: dict[str, Any] | None, specs: dict[str, Any], scratch: str,
-         timeout_s: float) -> dict[str, Any]:
+         timeout_s: float, tol: Tolerance) -> dict[str, Any]:
     store = store_of(module)
     text = portable_text(module, store) if store is not None else str(module)
     return {"text": text, "scratch": scratch, "timeout_s": timeout_s,
             "reference": reference, **specs,
+            "tolerance": {"rtol": tol.rtol, "atol_scale": tol.atol_scale},
             "pick": [[hex(c.candidate.inside), c.candidate.backend, c.cost]
                      for c in pick.choices],
             "alternatives": [a.choices[0].candidate.backend for a in alternatives]}
@@ -259,9 +262,9 @@ def _job(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partition
 
 def _probe(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partitioning],
            reference: dict[str, Any] | None, specs: dict[str, Any], scratch: str,
-           timeout_s: float) -> _Outcome:
+           timeout_s: float, tol: Tolerance) -> _Outcome:
     """Run one probe to its end: passed, failed with a reason, died or went silent."""
-    job = _job(module, pick, alternatives, reference, specs, scratch, timeout_s)
+    job = _job(module, pick, alternatives, reference, specs, scratch, timeout_s, tol)
     proc = subprocess.Popen([sys.executable, "-m", "collage_mlir.check.isolated"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -32,8 +32,9 @@ from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.model import PartitionedModel, clone_module, region_module
 from collage_mlir.runtime.plan import region_functions
-from collage_mlir.tensors import TensorSpec, compare, make_inputs
+from collage_mlir.tensors import TensorSpec, Tolerance, compare, make_inputs
 
+DEFAULT_TOLERANCE = MeasureSettings()
 RUNS = 2
 """Calls checked per model, each on its own inputs (a kernel right only on its first call
 is caught on the second)."""
@@ -106,11 +107,12 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
                            inputs if nan_inputs is None else [*inputs, nan_inputs], t)
     model = _compile_pick(ch, module, t)
     nan = (nan_inputs, reference[RUNS]) if reference and nan_inputs is not None else None
-    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan)
+    tol = MeasureSettings(**job["tolerance"])
+    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol)
     scratch = Path(job["scratch"])
     saved, trips = _save(ch, model, scratch, t)
     whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t,
-                                   scratch, trips)
+                                   scratch, trips, tol)
              for b in job["alternatives"]}
     ch.send(done={"saved": saved,
                   "whole": {b: stem for b, stem in whole.items() if stem},
@@ -226,7 +228,8 @@ def _with_nan(inputs: list[np.ndarray]) -> list[np.ndarray] | None:
 def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.ndarray]],
                 declared: list[TensorSpec | None], reference: list[Outputs] | None,
                 spec: dict[str, Any] | None, allow: float,
-                nan: tuple[list[np.ndarray], Outputs] | None = None) -> None:
+                nan: tuple[list[np.ndarray], Outputs] | None = None,
+                tol: Tolerance = DEFAULT_TOLERANCE) -> None:
     """Run the pick on every input set; its outputs must have the declared shapes and
     dtypes and match the reference. A mismatch is blamed on the first region whose own
     outputs differ from the reference's on the same inputs. Then, given `nan` (inputs
@@ -244,9 +247,9 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
         call[0] = v + 1
         outputs = announced.run(x)
         ch.stage(allow, model="pick", backend="", regions=[], doing=f"checking call {v + 1}")
-        why = _mismatch(outputs, declared, reference[v] if reference else None)
+        why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
         if why:
-            _blame_region(ch, announced, x, spec, why, v + 1, allow)
+            _blame_region(ch, announced, x, spec, why, v + 1, allow, tol)
     if nan is not None:
         call[0] = len(inputs) + 1
         outputs = announced.run(nan[0])
@@ -259,7 +262,7 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
 
 
 def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
-              reference: Outputs | None) -> str | None:
+              reference: Outputs | None, tol: Tolerance = DEFAULT_TOLERANCE) -> str | None:
     """Why `outputs` are wrong (declared shape or dtype, then the reference), or None."""
     for k, (o, spec) in enumerate(zip(outputs, declared, strict=False)):
         if spec is not None and (o.shape != spec.shape or o.dtype != spec.dtype):
@@ -267,11 +270,12 @@ def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
                     f"{np.dtype(spec.dtype)}{list(spec.shape)}")
     if len(outputs) != len(declared):
         return f"{len(outputs)} outputs, declared {len(declared)}"
-    return compare(outputs, reference, MeasureSettings()) if reference is not None else None
+    return compare(outputs, reference, tol) if reference is not None else None
 
 
 def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
-                  spec: dict[str, Any] | None, why: str, call: int, allow: float) -> None:
+                  spec: dict[str, Any] | None, why: str, call: int, allow: float,
+                  tol: Tolerance = DEFAULT_TOLERANCE) -> None:
     """Report the first region whose outputs on this call's inputs are wrong (declared
     types, then the reference region); the whole pick when none is."""
     slots = model._execute(model.arrange(x))
@@ -286,7 +290,7 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
                      doing=f"checking region {step.callee}")
             want = ref.compile(region_module(regions[step.callee])).run(
                 [slots[i] for i in step.args])
-        bad = _mismatch(got, want_types, want)
+        bad = _mismatch(got, want_types, want, tol)
         if bad:
             ch.current = {"model": "pick", "backend": step.backend, "regions": [step.callee]}
             raise ch.fail(f"{bad} on call {call}")
@@ -299,7 +303,8 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
                        reference: list[Outputs] | None, allow: float, scratch: Path,
-                       trips: dict[str, bool]) -> str | None:
+                       trips: dict[str, bool],
+                       tol: Tolerance = DEFAULT_TOLERANCE) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
     its kernel under `scratch` when that pays (a slow compile) and its backend's kernels
     round-trip (`trips`, learnt on a one-op model when the pick did not say): the stem
@@ -314,7 +319,7 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
         for v, x in enumerate(inputs):
             ch.stage(allow * 2, model=model, backend=backend, doing=f"running call {v + 1}")
             outputs = [np.asarray(o) for o in kernel.run(x)]
-            why = _mismatch(outputs, declared, reference[v] if reference else None)
+            why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
             if why:
                 raise ch.fail(f"{why} on call {v + 1}")
     except Failed:

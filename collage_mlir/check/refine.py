@@ -71,7 +71,7 @@ from collage_mlir.search.partitioning import (
     execution_order,
 )
 from collage_mlir.search.search import search
-from collage_mlir.tensors import compare, model_inputs
+from collage_mlir.tensors import Tolerance, compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
 MAX_NEIGHBOURS = 6
@@ -275,6 +275,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                                    f"not refined: one run grew this process by "
                                    f"{grown >> 20} MiB (a kernel that leaks?)"))
         return None, record
+    tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     tried = sorted(neighbours(pick, candidates, costs, transition)
                    + baseline_neighbours(pick, baselines), key=_order)
@@ -292,7 +293,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             what += f" into {len(nb.choices) - len(pick.choices) + 1}"
         try:
             model = _build(pristine, nb, incumbent, rows)
-            wrong = compare(model.run(inputs), reference, MeasureSettings())
+            wrong = compare(model.run(inputs), reference, tol)
         except Exception as e:  # a neighbour that fails is not kept; the run goes on
             wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         if wrong:
@@ -301,7 +302,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         built[what] = (model, nb)
     if built:
         runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
-        control = (_rebuilt(pristine, pick, rows, inputs, reference)
+        control = (_rebuilt(pristine, pick, rows, inputs, reference, tol)
                    if len(pick.choices) <= CONTROL_REGIONS
                    and time.perf_counter() - start <= budget_s / 2 else None)
         if control is not None:
@@ -335,12 +336,12 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
 
 
 def _rebuilt(pristine: ir.Module, pick: Partitioning, rows: Rows, inputs: list,
-             reference: list) -> PartitionedModel | None:
+             reference: list, tol: Tolerance) -> PartitionedModel | None:
     """The incumbent's regions compiled afresh (a control: the spread between two builds
     of the same cover is noise, not gain), or None when that build fails or differs."""
     try:
         model = _build(pristine, pick, None, rows)
-        return None if compare(model.run(inputs), reference, MeasureSettings()) else model
+        return None if compare(model.run(inputs), reference, tol) else model
     except Exception:  # no control: the run's noise is the incumbent's own timing alone
         return None
 

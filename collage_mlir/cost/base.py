@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Self
 
 from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.tensors import Tolerance
 
 INVALID = math.inf
 UNKNOWN = math.nan
@@ -62,6 +64,12 @@ class CostEstimator(abc.ABC):
         (they keep their cost meanwhile); how many were marked. Nothing to do for an
         estimator that measures nothing."""
         return 0
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """What outputs are checked to against the reference (`tensors.compare`), by this
+        estimator's workers and by the phases after it (the final probe, refinement)."""
+        return MeasureSettings()
 
     def close(self) -> None:  # noqa: B027 (a hook: most estimators hold nothing)
         """Release what the estimator holds (a cache connection, worker processes, scratch

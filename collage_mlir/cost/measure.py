@@ -276,6 +276,10 @@ class MeasuringEstimator(CostEstimator):
             return self.backends[reference].spec
         return {"target": reference, "options": {}}
 
+    @property
+    def tolerance(self) -> MeasureSettings:
+        return self.settings
+
     def close(self) -> None:
         self._stop_transition_worker()
         self.cache.close()

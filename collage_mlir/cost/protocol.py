@@ -52,9 +52,13 @@ class MeasureSettings:
 
     @property
     def method(self) -> str:
-        """How kernels are timed, for the cache key (hot and cold numbers must not mix, nor
-        numbers from before the runtime's borrowed hand-offs, "-b")."""
-        return f"cold{self.cold_bytes}-b" if self.cold_bytes else "hot-b"
+        """How kernels are timed and checked, for the cache key (hot and cold numbers must
+        not mix, nor numbers from before the runtime's borrowed hand-offs, "-b", nor rows
+        checked under another tolerance: "-tolRTOL/ATOL" when it is not the default)."""
+        timing = f"cold{self.cold_bytes}-b" if self.cold_bytes else "hot-b"
+        if (self.rtol, self.atol_scale) == (MeasureSettings.rtol, MeasureSettings.atol_scale):
+            return timing
+        return f"{timing}-tol{self.rtol:g}/{self.atol_scale:g}"
 
 
 def load_backend(spec: dict[str, Any]):

@@ -73,19 +73,27 @@ def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, m
                                 kernel_budget_s=0.05)
     with est:
         assert est.timeout_s == 2.5 and est.settings.budget_s == 0.05
+        assert est.tolerance.rtol == 0.01 and est.settings.method == "cold67108864-b"
     with pytest.raises(CollageError, match="timeout 0"):
         driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=0)
+    with pytest.raises(CollageError, match="tolerance"):
+        driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", tolerance=(-1, 0))
+    # rows checked to another tolerance are other rows
+    with driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite",
+                               tolerance=(0.1, 0.2)) as loose:
+        assert (loose.tolerance.rtol, loose.tolerance.atol_scale) == (0.1, 0.2)
+        assert loose.settings.method == "cold67108864-b-tol0.1/0.2"
     seen = {}
 
-    def spy(cost, backends, cache, timeout_s, kernel_budget_s, executor=None):
-        seen.update(timeout_s=timeout_s, budget=kernel_budget_s)
+    def spy(cost, backends, cache, timeout_s, kernel_budget_s, executor=None, tolerance=None):
+        seen.update(timeout_s=timeout_s, budget=kernel_budget_s, tolerance=tolerance)
         raise CollageError("stop here")
 
     monkeypatch.setattr(driver, "make_estimator", spy)
     with pytest.raises(CollageError, match="stop here"):
         collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["onnxruntime"],
-                             timeout_s=7.0, kernel_budget_s=0.3)
-    assert seen == {"timeout_s": 7.0, "budget": 0.3}
+                             timeout_s=7.0, kernel_budget_s=0.3, tolerance=(0.05, 0.1))
+    assert seen == {"timeout_s": 7.0, "budget": 0.3, "tolerance": (0.05, 0.1)}
 
 
 def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
@@ -106,9 +114,11 @@ def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
     assert (seen["timeout_s"], seen["kernel_budget_s"], seen["measure_budget_s"]) == \
         (5.0, 0.25, 90.0)
     assert (seen["refine_budget_s"], seen["merge"], seen["prune"]) == (0.0, False, False)
+    assert main([*argv, "--atol-scale", "0.2"]) == 1 and seen["tolerance"] == (0.01, 0.2)
     assert main(argv) == 1
     assert (seen["timeout_s"], seen["kernel_budget_s"], seen["measure_budget_s"]) == \
         (60.0, None, None)
+    assert seen["tolerance"] is None
     assert (seen["merge"], seen["prune"]) == (True, True) and seen["refine_budget_s"] > 0
 
 

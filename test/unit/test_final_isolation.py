@@ -97,7 +97,7 @@ def test_probe_limits_its_attempts(tmp_path, monkeypatch):
     """Every probe failing on a new region: MAX_PROBES attempts, then one line."""
     calls = []
 
-    def failing(module, pick, alternatives, reference, specs, scratch, timeout_s):
+    def failing(module, pick, alternatives, reference, specs, scratch, timeout_s, tol):
         calls.append(pick)
         return isolated._Outcome(False, model="pick", regions=isolated._region_names(pick),
                                  reason="region r: killed by SIGSEGV while running call 1")

@@ -269,6 +269,23 @@ def test_compare_is_relative_to_the_outputs_magnitude_and_exact_on_dtype():
     assert compare([zero + 1e-12], [zero], s) is None
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_quantized_values_may_round_one_step_apart_and_no_more(dtype):
+    """Two correct int8 kernels round differently where a value sits between two steps;
+    a wrong one (a zero point off by a few, a saturated sum) is further off."""
+    s = MeasureSettings()
+    ref = np.arange(0, 100, dtype=dtype)
+    step = ref.copy()
+    step[::7] += 1
+    assert compare([step], [ref], s) is None
+    off = ref.copy()
+    off[5] += 3  # three steps on a small value: beyond 1 step and beyond the relative bound
+    assert "wrong numbers: max abs err 3 in output 0" in compare([off], [ref], s)
+    assert "wrong numbers" in compare([np.zeros_like(ref)], [ref], s)
+    ids = ref.astype(np.int64)  # other integers are indices and sizes: exact
+    assert "differs in 1 elements" in compare([ids + (ids == 5)], [ids], s)
+
+
 def test_fit_recovers_line_and_clips():
     points = [(n, 5e-6 + 2e-10 * n) for n in (1024, 65536, 1 << 20, 4 << 20)]
     per_call, per_byte = fit(points)

@@ -4,12 +4,18 @@ and quantized tensors are compared in steps of their scale."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import collage_mlir
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.cost.base import CostEstimator
+from collage_mlir.driver import entry_graph, tolerance_hint
+from collage_mlir.graph import SubGraph
 from collage_mlir.static_shapes import make_static
 
 
@@ -62,3 +68,35 @@ def test_a_partitioned_qdq_model_computes_what_onnxruntime_does_on_it(tmp_path):
     model = collage_mlir.compile(str(path), backends=["onnxruntime"], cost=f"table:{table}")
     assert [s.backend for s in model.plan.steps] == ["onnxruntime"]
     np.testing.assert_array_equal(model.run([x])[0], want)
+
+
+class WrongNumbers(CostEstimator):
+    """Test double: every candidate refused with the same wrong-numbers reason."""
+
+    def estimate(self, candidates, progress=None):
+        return [math.inf] * len(candidates)
+
+    def reason(self, candidate):
+        return "invalid: wrong numbers: max abs err 0.3 in output 0 (max |ref| 2, rtol 0.01)"
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return 0.0
+
+
+def test_a_quantized_model_refused_whole_for_its_numbers_says_what_would_accept_it():
+    def whole(model):
+        graph = entry_graph(collage_mlir.import_onnx(model))
+        return graph, [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino", "whole")]
+
+    graph, candidates = whole(qdq_conv_model())
+    hint = tolerance_hint(graph, candidates, [math.inf], WrongNumbers())
+    assert "openvino's 15.0% of the output's magnitude" in hint
+    assert "--atol-scale 0.19" in hint  # 1.25 x 0.15: other inputs may differ a little more
+    assert tolerance_hint(graph, candidates, [1e-3], WrongNumbers()) is None  # it ran
+    relu = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "float",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph, candidates = whole(helper.make_model(relu, opset_imports=[
+        helper.make_opsetid("", 17)], ir_version=8))  # a float model's error is an error
+    assert tolerance_hint(graph, candidates, [math.inf], WrongNumbers()) is None
