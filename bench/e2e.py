@@ -52,14 +52,20 @@ import collage_mlir
 from collage_mlir.backends.registry import available_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side, whole_model_runner
-from collage_mlir.driver import REFINE_BUDGET_S, annotate, build, entry_graph, make_estimator
+from collage_mlir.driver import (
+    REFINE_BUDGET_S,
+    annotate,
+    build,
+    entry_graph,
+    make_estimator,
+    tolerance,
+)
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import SubGraph, SubGraphConfig
 from collage_mlir.search.greedy import Baseline
 from collage_mlir.search.partitioning import Choice, Partitioning, check_cover
 from collage_mlir.static_shapes import parse_input_shape
 from collage_mlir.tensors import model_inputs
-from collage_mlir.tools.cmd_partition import tolerance
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ceiling  # noqa: E402
@@ -157,7 +163,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     mixed = collage_mlir.compile(path, backends=backends, cache=args.cache,
                                  max_depth=args.max_depth, input_shapes=shapes,
                                  refine_budget_s=args.refine_budget,
-                                 tolerance=tolerance(args))
+                                 tolerance=tolerance(args.rtol, args.atol_scale))
     row["partition_s"] = time.perf_counter() - t0
     row["regions"] = len(mixed.partitioning.choices)
     row["estimated_ms"] = mixed.estimated_cost * 1e3
@@ -175,7 +181,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
             try:
                 single = collage_mlir.compile(path, backends=[b], cache=args.cache,
                                               max_depth=args.max_depth, input_shapes=shapes,
-                                              tolerance=tolerance(args))
+                                              tolerance=tolerance(args.rtol, args.atol_scale))
                 runners[f"{b}/collage"] = single.run
                 row[f"{b}/collage_regions"] = len(single.plan.steps)
             except Exception as e:
@@ -190,7 +196,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     for t in time_side_by_side(runners, inputs, rounds=args.rounds):
         row[t.name] = t.median_s * 1e3
     row["region_errors"] = region_errors(mixed)
-    row["op_winners"] = op_winners(path, shapes, backends, args.cache, tolerance(args))
+    row["op_winners"] = op_winners(path, shapes, backends, args.cache, tolerance(args.rtol, args.atol_scale))
     if args.ceiling:
         row["ceiling"] = ceiling_cell(path)
     row["refinement"] = mixed.refinement

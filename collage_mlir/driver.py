@@ -177,6 +177,17 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
 # -- measure --------------------------------------------------------------------------------
 
 
+def tolerance(rtol: float | None, atol_scale: float | None) -> tuple[float, float] | None:
+    """(rtol, atol_scale) from options of which either may be left out (None: both were,
+    the default tolerance)."""
+    if rtol is None and atol_scale is None:
+        return None
+    from collage_mlir.cost.protocol import MeasureSettings
+
+    return (MeasureSettings.rtol if rtol is None else rtol,
+            MeasureSettings.atol_scale if atol_scale is None else atol_scale)
+
+
 def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
                    timeout_s: float = DEFAULT_TIMEOUT_S, kernel_budget_s: float | None = None,
                    executor: str | RemoteExecutor | None = None,

@@ -20,12 +20,12 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.driver import make_estimator, merge
+from collage_mlir.driver import make_estimator, merge, tolerance
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraph, bits_of
 from collage_mlir.passes.common import stamped_regions
-from collage_mlir.passes.registry import CollagePass, option, register
-from collage_mlir.passes.search import write_partitioning
+from collage_mlir.passes.registry import CollagePass, option, register, stage_option
+from collage_mlir.passes.search import SearchPass, write_partitioning
 from collage_mlir.search import Partitioning, evaluate
 from collage_mlir.search.partitioning import Choice
 
@@ -44,13 +44,16 @@ class MergePass(CollagePass):
                        "'table:FILE' (a JSON cost table; its format: collage-opt --help)")
     cache: str = option("", "measurement cache file; empty: $COLLAGE_CACHE, else "
                         "~/.cache/collage_mlir/cache.sqlite")
+    rtol: float | None = stage_option(SearchPass, "rtol")
+    atol_scale: float | None = stage_option(SearchPass, "atol_scale")
 
     def run_on_module(self, module: ir.Operation) -> None:
         estimator = make_estimator(self.cost, [], None) if self.cost != "measure" else None
         work = [(fn, read_partitioning(fn)) for fn in public_functions(module)]
         if estimator is None:
             named = sorted({ch.candidate.backend for _, p in work for ch in p.choices})
-            estimator = make_estimator("measure", named, self.cache or None)
+            estimator = make_estimator("measure", named, self.cache or None,
+                                       tolerance=tolerance(self.rtol, self.atol_scale))
         with estimator:
             for fn, pick in work:
                 merged, _ = merge(_priced(pick, estimator), estimator)

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from iree.compiler import ir
 
 from collage_mlir.passes.annotate import AnnotatePass
-from collage_mlir.passes.registry import CollagePass, get_pass_class, register
+from collage_mlir.passes.registry import CollagePass, get_pass_class, register, stage_option
 from collage_mlir.passes.search import SearchPass
 
 STAGES = ("collage-annotate", "collage-search", "collage-outline")
-
-
-def _stage_option(stage: type[CollagePass], name: str) -> Any:
-    """A field with the same default and help as `stage`'s option `name`."""
-    (f,) = [f for f in dataclasses.fields(stage) if f.name == name]
-    return dataclasses.field(default=f.default, metadata=f.metadata)
 
 
 @register
@@ -32,12 +25,14 @@ class PartitionPass(CollagePass):
     name = "collage-partition"
     summary = "annotate → search → outline in one pass"
 
-    backends: tuple[str, ...] = _stage_option(AnnotatePass, "backends")
-    max_depth: int | None = _stage_option(AnnotatePass, "max_depth")
-    max_exits: int = _stage_option(AnnotatePass, "max_exits")
-    cost: str = _stage_option(SearchPass, "cost")
-    cache: str = _stage_option(SearchPass, "cache")
-    placement: str = _stage_option(SearchPass, "placement")
+    backends: tuple[str, ...] = stage_option(AnnotatePass, "backends")
+    max_depth: int | None = stage_option(AnnotatePass, "max_depth")
+    max_exits: int = stage_option(AnnotatePass, "max_exits")
+    cost: str = stage_option(SearchPass, "cost")
+    cache: str = stage_option(SearchPass, "cache")
+    placement: str = stage_option(SearchPass, "placement")
+    rtol: float | None = stage_option(SearchPass, "rtol")
+    atol_scale: float | None = stage_option(SearchPass, "atol_scale")
 
     def stages(self) -> list[CollagePass]:
         """The three passes, each given the options it declares."""

@@ -72,6 +72,13 @@ def option(default: Any, help: str) -> Any:
     return dataclasses.field(default=default, metadata={"help": help})
 
 
+def stage_option(stage: type[CollagePass], name: str) -> Any:
+    """A field with the same default and help as `stage`'s option `name` (a pass that hands
+    the option on, or takes it as that pass does)."""
+    (f,) = [f for f in dataclasses.fields(stage) if f.name == name]
+    return dataclasses.field(default=f.default, metadata=f.metadata)
+
+
 def type_name(hint: Any) -> str:
     """How an option's value is spelled: `int`, `int|none`, `true|false`, `str,...`."""
     if _is_list(hint):

@@ -21,7 +21,7 @@ from iree.compiler import ir
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.driver import choose, make_estimator
+from collage_mlir.driver import choose, make_estimator, tolerance
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.passes.registry import CollagePass, option, register
@@ -47,6 +47,10 @@ class SearchPass(CollagePass):
     unknown: str = option("raise", "a candidate the estimator cannot cost: 'raise' fails, "
                           "'invalid' leaves it out")
     placement: str = option("", "JSON placement file pinning or excluding backends per op")
+    rtol: float | None = option(None, "relative tolerance of measured outputs against the "
+                                "reference (none: 0.01)")
+    atol_scale: float | None = option(None, "absolute tolerance as a fraction of the output's "
+                                      "magnitude (none: 0.003; quantized models may need more)")
 
     def run_on_module(self, module: ir.Operation) -> None:
         if self.unknown not in UNKNOWN_POLICIES:
@@ -61,7 +65,8 @@ class SearchPass(CollagePass):
             work.append((fn, graph, placement.filter(graph, cands) if placement else cands))
         if estimator is None:
             named = sorted({c.backend for _, _, cands in work for c in cands})
-            estimator = make_estimator("measure", list(self.backends) or named, self.cache or None)
+            estimator = make_estimator("measure", list(self.backends) or named, self.cache or None,
+                                       tolerance=tolerance(self.rtol, self.atol_scale))
         with estimator:
             for fn, graph, cands in work:
                 result = choose(graph, cands, estimator.estimate(cands), estimator,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.cost.protocol import MeasureSettings
-from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S, tolerance
 from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
@@ -88,16 +87,8 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 timeout_s=args.timeout, kernel_budget_s=args.budget,
                                 measure_budget_s=args.measure_budget, prune=args.prune,
                                 merge=args.merge, refine_budget_s=args.refine_budget,
-                                executor=args.measure_on, tolerance=tolerance(args))
-
-
-def tolerance(args: argparse.Namespace) -> tuple[float, float] | None:
-    """`--rtol` / `--atol-scale` as the API's `tolerance` (None: neither given)."""
-    if args.rtol is None and args.atol_scale is None:
-        return None
-    default = MeasureSettings()
-    return (default.rtol if args.rtol is None else args.rtol,
-            default.atol_scale if args.atol_scale is None else args.atol_scale)
+                                executor=args.measure_on,
+                                tolerance=tolerance(args.rtol, args.atol_scale))
 
 
 def run(args: argparse.Namespace) -> int:

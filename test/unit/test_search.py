@@ -338,6 +338,29 @@ def test_pass_only_adds_the_decision_attributes(tmp_path):
     assert str(module) == before
 
 
+def test_measuring_passes_take_the_tolerance(monkeypatch):
+    """`rtol` / `atol-scale` reach the measuring estimator of collage-search and
+    collage-partition (a quantized model's backends round differently)."""
+    import collage_mlir.passes.search as search_pass
+    from collage_mlir.passes.pipeline import Pipeline
+
+    seen = []
+
+    def spy(cost, backends, cache, timeout_s=None, kernel_budget_s=None, executor=None,
+            tolerance=None):
+        seen.append(tolerance)
+        raise CollageError("stop here")
+
+    monkeypatch.setattr(search_pass, "make_estimator", spy)
+    text = annotated([[], [0, 0]], [("a", [1]), ("a", [2])])
+    for pipeline, want in [("collage-search{atol-scale=0.2}", (0.01, 0.2)),
+                           ("collage-search{rtol=0.05 atol-scale=0.1}", (0.05, 0.1)),
+                           ("collage-search", None)]:
+        with pytest.raises(CollageError, match="stop here"):
+            Pipeline(f"builtin.module({pipeline})").run(parse_mlir(text))
+        assert seen[-1] == want
+
+
 def ir_float(op, key: str) -> float:
     from iree.compiler import ir
 
