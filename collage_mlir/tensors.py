@@ -133,7 +133,7 @@ def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> st
         if not np.array_equal(out, ref):
             return f"output {k} differs in {int((out != ref).sum())} elements"
         return None
-    out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
+    out64, ref64 = out.astype(np.float64).ravel(), ref.astype(np.float64).ravel()  # 0-d too
     finite = np.isfinite(ref64)
     if not np.array_equal(np.isnan(out64), np.isnan(ref64)):
         return f"output {k} has NaN where the reference has none (or back)"

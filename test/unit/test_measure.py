@@ -282,6 +282,12 @@ def test_quantized_values_may_round_one_step_apart_and_no_more(dtype):
     off[5] += 3  # three steps on a small value: beyond 1 step and beyond the relative bound
     assert "wrong numbers: max abs err 3 in output 0" in compare([off], [ref], s)
     assert "wrong numbers" in compare([np.zeros_like(ref)], [ref], s)
+    scalar = np.array(7, dtype)  # DynamicQuantizeLinear's zero point, and its scale below
+    assert compare([scalar + 1], [scalar], s) is None
+    assert "max abs err 2" in compare([scalar + 2], [scalar], s)
+    scale = np.array(0.02, np.float32)
+    assert compare([scale], [scale], s) is None and "wrong numbers" in compare(
+        [scale * 2], [scale], s)
     ids = ref.astype(np.int64)  # other integers are indices and sizes: exact
     assert "differs in 1 elements" in compare([ids + (ids == 5)], [ids], s)
 
