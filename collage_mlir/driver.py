@@ -521,17 +521,19 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     return out
 
 
+QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear"}
+"""Ops that make a model quantized: what follows them runs on integers, rounded per backend."""
 WRONG_NUMBERS = re.compile(r"wrong numbers: max abs err ([-+.\deE]+) in output \d+ "
                            r"\(max \|ref\| ([-+.\deE]+)")
 
 
 def tolerance_hint(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                    costs: Sequence[float], estimator: CostEstimator) -> str | None:
-    """For a quantized model (QuantizeLinear ops) whose whole model some backend ran but
+    """For a quantized model (QUANTIZING ops) whose whole model some backend ran but
     with numbers outside the tolerance: what that backend's error was and the absolute
     tolerance that would accept it. Int8 backends round differently, the difference grows
     with depth, and which execution of a quantized model is right is the user's call."""
-    if not any(n.op_type == "QuantizeLinear" for n in graph.op_nodes()):
+    if not any(n.op_type in QUANTIZING for n in graph.op_nodes()):
         return None
     errors = {}
     for c, cost in zip(candidates, costs, strict=True):
