@@ -63,9 +63,12 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
                 f"{label}: node '{node.name or node.output[0]}' has unsupported op '{node.op_type}'"
             )
         if domain not in ("", "ai.onnx"):
+            hint = (" (onnxruntime's QOperator quantization: quantize with "
+                    "quant_format=QuantFormat.QDQ, which every backend reads)"
+                    if domain == "com.microsoft" and node.op_type.startswith("Q") else "")
             raise CollageError(
                 f"{label}: node '{node.name or node.output[0]}' op '{domain}.{node.op_type}' "
-                "is from a custom domain, which no backend here can run"
+                f"is from a custom domain, which no backend here can run{hint}"
             )
     try:
         onnx.checker.check_model(proto)

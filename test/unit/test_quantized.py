@@ -9,12 +9,14 @@ import math
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import collage_mlir
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.driver import entry_graph, tolerance_hint
+from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraph
 from collage_mlir.static_shapes import make_static
 
@@ -100,3 +102,18 @@ def test_a_quantized_model_refused_whole_for_its_numbers_says_what_would_accept_
     graph, candidates = whole(helper.make_model(relu, opset_imports=[
         helper.make_opsetid("", 17)], ir_version=8))  # a float model's error is an error
     assert tolerance_hint(graph, candidates, [math.inf], WrongNumbers()) is None
+
+
+@pytest.mark.parametrize("op,hinted", [("QLinearAdd", True), ("FusedMatMul", False)])
+def test_an_op_from_onnxruntimes_own_domain_is_refused_by_name(op, hinted):
+    """QOperator quantization writes com.microsoft ops no other backend reads; the error
+    names the node and, for those, the format that every backend reads."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node(op, ["x", "x"], ["y"], name="odd",
+                                                domain="com.microsoft")], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(CollageError, match="node 'odd' op 'com.microsoft.") as e:
+        collage_mlir.import_onnx(model)
+    assert ("quant_format=QuantFormat.QDQ" in str(e.value)) == hinted
