@@ -21,7 +21,11 @@ the anchors both backends timed: the remainder column says how much that leaves 
 Taking the faster of two noisy timings per anchor biases the bound up, so each backend also
 runs a second, separately built instance (X#2) in the same rounds: the "noise ceiling" is
 the larger of X against X#2, what noise alone makes of the bound. A ceiling near the noise
-ceiling means no partition can pay on this model on this machine.
+ceiling means no partition can pay on this model on this machine. Profilers add their own
+cost per kernel, and not evenly (OpenVINO's kernels at batch 8 summed to 12% more than its
+profiled whole run), so each backend also runs unprofiled (X plain) in the same rounds, and
+its kernels are scaled to sum to that instance's time per run: the totals are what the
+backends take unobserved.
 
     python bench/ceiling.py [--models resnet50,light:zfnet512,m.onnx] [--rounds 20] [--top 3]
 """
@@ -204,14 +208,15 @@ def medians(rounds: list[dict[tuple[str, str], float]]) -> dict[tuple[str, str],
 class OrtProfiler:
     """onnxruntime's session over the whole model, profiled, with Collage's settings."""
 
-    def __init__(self, path: str, threads: int) -> None:
+    def __init__(self, path: str, threads: int, profiled: bool = True) -> None:
         import onnxruntime as ort
 
         from collage_mlir.backends.onnxruntime import session_options
 
         so = session_options(threads)
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ceiling-"), "ort")
+        so.enable_profiling = profiled
+        if profiled:
+            so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="ceiling-"), "ort")
         self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
     def run(self, feeds: dict[str, np.ndarray], keep: bool) -> None:
@@ -239,20 +244,21 @@ class OrtProfiler:
 class OvProfiler:
     """OpenVINO's compiled whole model with PERF_COUNT, with Collage's settings."""
 
-    def __init__(self, path: str, threads: int) -> None:
+    def __init__(self, path: str, threads: int, profiled: bool = True) -> None:
         import openvino as ov
 
         from collage_mlir.backends.openvino import OpenVinoBackend
 
-        config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": True}
+        config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": profiled}
         compiled = ov.Core().compile_model(path, "CPU", config)
         self.request = compiled.create_infer_request()
         self.origins = ov_origins(compiled)
         self.rounds: list[dict[tuple[str, str], float]] = []
+        self.profiled = profiled
 
     def run(self, feeds: dict[str, np.ndarray], keep: bool) -> None:
         self.request.infer(feeds)
-        if keep:
+        if keep and self.profiled:
             times: dict[tuple[str, str], float] = defaultdict(float)
             for p in self.request.profiling_info:
                 times[p.node_name, p.node_type] += p.real_time.total_seconds() * 1e3
@@ -278,22 +284,37 @@ PROFILERS = {"onnxruntime": OrtProfiler, "openvino": OvProfiler}
 CONTROL = "#2"
 """Suffix of a second, separately built instance of a backend: its ceiling against the
 first is what noise alone makes of the bound."""
+PLAIN = " plain"
+"""Suffix of an unprofiled instance of a backend: its time per run is what the backend's
+kernels are scaled to (`scaled_to`)."""
+
+
+def backend_of(contender: str) -> str:
+    return contender.removesuffix(CONTROL).removesuffix(PLAIN)
+
+
+def scaled_to(kernels: list[Kernel], ms: float) -> list[Kernel]:
+    """`kernels` scaled to sum to `ms` (the unprofiled run's time), in proportion."""
+    total = sum(k.ms for k in kernels)
+    return [k._replace(ms=k.ms * ms / total) for k in kernels] if total > 0 else kernels
 
 
 def profile(path: str, feeds: dict[str, np.ndarray], rounds: int, threads: int,
             contenders: list[str]) -> tuple[dict[str, list[Kernel]], dict[str, float]]:
     """({contender: kernels}, {contender: wall ms per run}) from interleaved rounds; a
-    contender is a backend name, or one with CONTROL appended for a second instance."""
+    contender is a backend name, or one with CONTROL appended for a second instance, or
+    with PLAIN for an unprofiled one (no kernels)."""
     import time
 
-    built = {c: PROFILERS[c.removesuffix(CONTROL)](path, threads) for c in contenders}
+    built = {c: PROFILERS[backend_of(c)](path, threads, profiled=not c.endswith(PLAIN))
+             for c in contenders}
     wall: dict[str, list[float]] = {c: [] for c in contenders}
     for i in range(WARMUP + rounds):
         for c, profiler in built.items():
             t = time.perf_counter()
             profiler.run(feeds, keep=i >= WARMUP)
             wall[c].append(time.perf_counter() - t)
-    kernels = {c: profiler.kernels() for c, profiler in built.items()}
+    kernels = {c: p.kernels() for c, p in built.items() if not c.endswith(PLAIN)}
     return kernels, {c: float(np.median(w[WARMUP:])) * 1e3 for c, w in wall.items()}
 
 
@@ -318,7 +339,8 @@ def named(model: onnx.ModelProto) -> onnx.ModelProto:
 def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.cpu_count() or 1,
             batch: int | None = None
             ) -> tuple[Ceiling, float, dict[str, float], onnx.ModelProto]:
-    """(the backends' ceiling, the noise ceiling, wall ms per contender, the named model)
+    """(the backends' ceiling, the noise ceiling, each backend's profiled kernels over its
+    unprofiled run, the named model)
     for a model file or proto, shapes folded and rewritten as Collage's import does; raises
     what a backend raises when it cannot run it whole. `batch`: every input's first
     dimension (the model's must be dynamic), its rows drawn as a batch of 1 with
@@ -332,12 +354,14 @@ def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.c
         key = source if isinstance(source, str) else path
         rows = [models.inputs(key, seed=k) for k in range(batch or 1)]
         feeds = {n: np.concatenate([r[n] for r in rows]) for n in rows[0]}
-        contenders = [*PROFILERS, *(b + CONTROL for b in PROFILERS)]
-        kernels, wall = profile(path, feeds, rounds, threads, contenders)
+        contenders = [*PROFILERS, *(b + x for x in (CONTROL, PLAIN) for b in PROFILERS)]
+        profiled, wall = profile(path, feeds, rounds, threads, contenders)
+    kernels = {c: scaled_to(ks, wall[backend_of(c) + PLAIN]) for c, ks in profiled.items()}
     pair = ceiling_of(model, {b: kernels[b] for b in PROFILERS})
     noise = max(ceiling_of(model, {b: kernels[b], b + CONTROL: kernels[b + CONTROL]}).ratio
                 for b in PROFILERS)
-    return pair, noise, wall, model
+    inflation = {b: sum(k.ms for k in profiled[b]) / wall[b + PLAIN] for b in PROFILERS}
+    return pair, noise, inflation, model
 
 
 def batched_shapes(model: onnx.ModelProto, batch: int) -> dict[str, list[int]]:
@@ -367,14 +391,15 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}: use {help_text()}")
     print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | noise ceiling "
-          "| remainder ort / ov ms | wall ort / ov ms |")
+          "| remainder ort / ov ms | profiled / unprofiled ort / ov |")
     print("|---|---|---|---|---|---|---|---|")
     notes = []
     ort, ov = PROFILERS
     for name in names:
         label, source = resolve(name)
         try:
-            pair, noise, wall, model = measure(source, args.rounds, args.threads, args.batch)
+            pair, noise, inflation, model = measure(source, args.rounds, args.threads,
+                                                    args.batch)
         except Exception as e:  # a backend that cannot run the model whole: say so, go on
             print(f"| {label} | cannot profile both whole models: "
                   f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)
@@ -382,7 +407,7 @@ def main() -> None:
         cells = [label, f"{pair.totals[ort]:.2f}", f"{pair.totals[ov]:.2f}",
                  f"{pair.oracle:.2f}", f"**{pair.ratio:.3f}**", f"{noise:.3f}",
                  f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
-                 f"{wall[ort]:.2f} / {wall[ov]:.2f}"]
+                 f"{inflation[ort]:.2f} / {inflation[ov]:.2f}"]
         print("| " + " | ".join(cells) + " |", flush=True)
         nodes = Attribution(model).nodes
         for anchor, times in pair.differing(args.top):

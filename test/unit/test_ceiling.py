@@ -13,7 +13,15 @@ import pytest
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from ceiling import Attribution, Ceiling, Kernel, batched_shapes, ceiling_of, named  # noqa: E402
+from ceiling import (  # noqa: E402
+    Attribution,
+    Ceiling,
+    Kernel,
+    batched_shapes,
+    ceiling_of,
+    named,
+    scaled_to,
+)
 
 
 @pytest.fixture
@@ -125,3 +133,12 @@ def test_a_batch_sets_every_inputs_first_dimension_and_no_initializers():
     graph = helper.make_graph([], "g", [x, ids, w], [],
                               [helper.make_tensor("w", TensorProto.FLOAT, [4], [0.0] * 4)])
     assert batched_shapes(helper.make_model(graph), 8) == {"x": [8, 3, 8, 8], "ids": [8, 16]}
+
+
+def test_kernels_are_scaled_to_the_unprofiled_run_in_proportion():
+    profiled = [Kernel(("conv",), "Conv", 6.0), Kernel(("gemm",), "Gemm", 3.0),
+                Kernel(("reorder",), "Reorder", 1.0)]
+    scaled = scaled_to(profiled, 8.0)  # the profiler added 25%
+    assert [k.ms for k in scaled] == pytest.approx([4.8, 2.4, 0.8])
+    assert [k.names for k in scaled] == [k.names for k in profiled]
+    assert scaled_to([], 8.0) == []
