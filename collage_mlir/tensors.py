@@ -63,6 +63,19 @@ def argument_specs(fn: ir.Operation) -> list[TensorSpec]:
     return [TensorSpec.of(a.type) for a in fn.regions[0].blocks[0].arguments]
 
 
+def result_specs(fn: ir.Operation) -> list[TensorSpec | None]:
+    """The specs of a `func.func`'s results, in order (None for a type with no numpy
+    counterpart or no static shape)."""
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    out: list[TensorSpec | None] = []
+    for t in ftype.results:
+        try:
+            out.append(TensorSpec.of(t))
+        except ValueError:
+            out.append(None)
+    return out
+
+
 def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
                           seed: int | None = None, variant: int = 0) -> list[np.ndarray]:
     """Arrays following the module's input rule; seeded from the specs (plus `variant`, for

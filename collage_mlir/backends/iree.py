@@ -30,6 +30,7 @@ from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.tensors import result_specs
 
 DEFAULT_FLAGS = (
     "--iree-llvmcpu-target-cpu=host",
@@ -193,6 +194,11 @@ def iree_capability(graph: DataflowGraph) -> int:
 
 # -- modules ----------------------------------------------------------------------------
 
+def _declared(module: ir.Module) -> list[np.dtype | None]:
+    """The dtypes a region module's function declares it returns."""
+    return [s.dtype if s else None for s in result_specs(_only_function(module))]
+
+
 def _only_function(module: ir.Module) -> ir.Operation:
     funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
     if len(funcs) != 1:
@@ -246,6 +252,12 @@ def _runtime_config(driver: str, threads: int) -> Any:
     return rt.Config(driver)
 
 
+def _same_bits(got: np.dtype, want: np.dtype) -> bool:
+    """Integers of one width that differ only in signedness."""
+    return got != want and got.kind in "iu" and want.kind in "iu" and \
+        got.itemsize == want.itemsize
+
+
 class IreeKernel(Kernel):
     """One function of a loaded vmfb (several kernels may share one context).
 
@@ -254,12 +266,15 @@ class IreeKernel(Kernel):
     copy) for the call; any other input is copied in by IREE. Nothing is kept between
     calls: keeping the last inputs would keep other IREE kernels' output buffers alive, and
     IREE would map fresh memory for every output. Outputs are IREE's fresh buffers, mapped
-    (not copied) to numpy. `vmfb` is the (possibly shared) compiled module, mapped from its
-    file: what `save_kernel` writes.
+    (not copied) to numpy, as the dtypes the function declares (`dtypes`; IREE's integers
+    are signless: a declared uint8 comes back int8, the same bits). `vmfb` is the (possibly
+    shared) compiled module, mapped from its file: what `save_kernel` writes.
     """
 
-    def __init__(self, context: Any, fn_name: str, vmfb: Any, host: bool = True) -> None:
+    def __init__(self, context: Any, fn_name: str, vmfb: Any, host: bool = True,
+                 dtypes: Sequence[np.dtype | None] = ()) -> None:
         self.context = context
+        self.dtypes = list(dtypes)
         self.fn_name = fn_name
         self.vmfb = vmfb
         self._fn = context.modules.module[fn_name]
@@ -279,7 +294,11 @@ class IreeKernel(Kernel):
         result = self._fn(*args)
         if not isinstance(result, tuple | list):
             result = (result,)
-        return [np.asarray(r.to_host()) for r in result]
+        out = [np.asarray(r.to_host()) for r in result]
+        for k, want in enumerate(self.dtypes[:len(out)]):
+            if want is not None and _same_bits(out[k].dtype, want):
+                out[k] = out[k].view(want)
+        return out
 
     def _arg(self, x: np.ndarray) -> Any:
         """On the host device: a buffer view over `x`'s memory where IREE can import it,
@@ -393,6 +412,7 @@ class IreeBackend(Backend):
         """All regions in one compile; regions the errors point at fail alone and the rest
         are compiled together again; unplaceable errors fall back to one compile each."""
         results: list[Kernel | Exception | None] = [None] * len(modules)
+        dtypes = [_declared(m) for m in modules]
         pending = list(range(len(modules)))
         while pending:
             try:
@@ -410,7 +430,7 @@ class IreeBackend(Backend):
                 pending = [i for k, i in enumerate(pending) if k not in failure.bad]
                 continue
             for i, name in zip(pending, names, strict=True):
-                results[i] = IreeKernel(context, name, vmfb, self.driver == DRIVER)
+                results[i] = IreeKernel(context, name, vmfb, self.driver == DRIVER, dtypes[i])
             break
         return [r if r is not None else RuntimeError("not compiled") for r in results]
 
@@ -445,7 +465,8 @@ class IreeBackend(Backend):
         if vmfb_path not in self._loaded:  # regions sharing a vmfb share one context
             self._loaded[vmfb_path] = self._load(vmfb_path)
         context, vmfb = self._loaded[vmfb_path]
-        return IreeKernel(context, ref["function"], vmfb, self.driver == DRIVER)
+        return IreeKernel(context, ref["function"], vmfb, self.driver == DRIVER,
+                          _declared(module))
 
     def cache_options(self) -> str:
         rewrite = f",{iree_rewrites.TAG}" if self.cpu_rewrites else ""

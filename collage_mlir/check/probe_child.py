@@ -32,7 +32,7 @@ from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.model import PartitionedModel, clone_module, region_module
 from collage_mlir.runtime.plan import region_functions
-from collage_mlir.tensors import TensorSpec, Tolerance, compare, make_inputs
+from collage_mlir.tensors import TensorSpec, Tolerance, compare, make_inputs, result_specs
 
 DEFAULT_TOLERANCE = MeasureSettings()
 RUNS = 2
@@ -126,21 +126,7 @@ def _one_line(e: BaseException) -> str:
 
 def _declared(module: ir.Module) -> list[TensorSpec | None]:
     """The shapes and dtypes the model's entry point returns."""
-    return _result_specs(public_functions(module)[0])
-
-
-def _result_specs(fn: ir.Operation) -> list[TensorSpec | None]:
-    """The shapes and dtypes a `func.func` returns (None for a type with no numpy
-    counterpart or no static shape: not checked)."""
-    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    return [_spec(t) for t in ftype.results]
-
-
-def _spec(t: ir.Type) -> TensorSpec | None:
-    try:
-        return TensorSpec.of(t)
-    except ValueError:
-        return None
+    return result_specs(public_functions(module)[0])
 
 
 def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
@@ -241,7 +227,7 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
     regions = region_functions(model.module)
     announced = PartitionedModel(model.module, {
         s.callee: _Announced(inner[s.callee], ch, s.backend, s.callee, allow, call,
-                             _result_specs(regions[s.callee]))
+                             result_specs(regions[s.callee]))
         for s in model.plan.steps}, model.backends)
     for v, x in enumerate(inputs):
         call[0] = v + 1
@@ -283,7 +269,7 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
     ref = load_backend(spec) if spec is not None else None
     for step in model.plan.steps:
         got = [slots[i] for i in step.results]
-        want_types = _result_specs(regions[step.callee])
+        want_types = result_specs(regions[step.callee])
         want = None
         if ref is not None:
             ch.stage(allow * 2, model="reference", backend=spec["target"],

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import collage_mlir
+from collage_mlir.backends.registry import available_backends, get_backend
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.driver import entry_graph, tolerance_hint
@@ -117,3 +118,17 @@ def test_an_op_from_onnxruntimes_own_domain_is_refused_by_name(op, hinted):
     with pytest.raises(CollageError, match="node 'odd' op 'com.microsoft.") as e:
         collage_mlir.import_onnx(model)
     assert ("quant_format=QuantFormat.QDQ" in str(e.value)) == hinted
+
+
+@pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
+def test_iree_returns_quantized_values_as_the_type_the_region_declares():
+    """IREE's integers are signless: a QuantizeLinear to uint8 came back int8 (the same
+    bits), and the check refused every such region for its dtype."""
+    graph = entry_graph(collage_mlir.import_onnx(qdq_conv_model()))
+    (q, *_) = [n for n in graph.op_nodes() if n.op_type == "QuantizeLinear"]
+    region = SubGraph(graph, 1 << q.index).extract("q")
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32) * 3
+    got = get_backend("iree").compile(region).run([x])[0]
+    want = get_backend("onnxruntime").compile(region).run([x])[0]
+    assert got.dtype == want.dtype == np.uint8
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1 and got.max() > 127
