@@ -80,6 +80,23 @@ def add_cache_argument(p: argparse.ArgumentParser) -> None:
                         "~/.cache/collage_mlir/cache.sqlite)")
 
 
+def add_tolerance_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rtol", type=non_negative_float, default=None, metavar="R",
+                   help="relative tolerance of every output element against the reference "
+                        "backend's (default 0.01)")
+    p.add_argument("--atol-scale", type=non_negative_float, default=None, metavar="A",
+                   help="absolute tolerance as a fraction of the output's largest magnitude "
+                        "(default 0.003); a quantized model's backends round differently and "
+                        "may need more")
+
+
+def tolerance_of(args: argparse.Namespace) -> tuple[float, float] | None:
+    """`--rtol` / `--atol-scale` as the API's `tolerance` (None when neither is given)."""
+    from collage_mlir.driver import tolerance
+
+    return tolerance(getattr(args, "rtol", None), getattr(args, "atol_scale", None))
+
+
 def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
     """The `--input-shape` options as the API's `input_shapes` (None when none given)."""
     pairs = [parse_input_shape(a) for a in getattr(args, "input_shape", None) or []]

@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from collage_mlir.tools.args import (
         add_cache_argument,
         add_input_shape_argument,
+        add_tolerance_arguments,
         positive_float,
         positive_int,
     )
@@ -55,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="S",
                    help="remeasure --model: seconds one candidate may take")
     add_input_shape_argument(p)
+    add_tolerance_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,7 +193,7 @@ def _remeasure_model(args: argparse.Namespace, location, marked: set[str]) -> No
     them); entries of other models stay marked."""
     from collage_mlir import driver
     from collage_mlir.graph import SubGraphConfig
-    from collage_mlir.tools.args import backend_names, input_shapes
+    from collage_mlir.tools.args import backend_names, input_shapes, tolerance_of
 
     module = driver.load(args.model, input_shapes(args))
     graph = driver.entry_graph(module)
@@ -200,7 +202,8 @@ def _remeasure_model(args: argparse.Namespace, location, marked: set[str]) -> No
     config = SubGraphConfig(max_exits=driver.DEFAULT_MAX_EXITS, allow_taps=False,
                             max_depth=args.max_depth)
     candidates = driver.annotate(graph, names, config)
-    with driver.make_estimator("measure", names, location, args.timeout) as est:
+    with driver.make_estimator("measure", names, location, args.timeout,
+                               tolerance=tolerance_of(args)) as est:
         again = [c for c in candidates if est.key(c) in marked]
         est.estimate(again)
         s = est.stats

@@ -20,9 +20,11 @@ from collage_mlir.tools.args import (
     add_cache_argument,
     add_input_shape_argument,
     add_measure_on_argument,
+    add_tolerance_arguments,
     backend_names,
     input_shapes,
     positive_float,
+    tolerance_of,
 )
 
 
@@ -35,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one region may take to compile, check and time (default 60)")
     p.add_argument("--budget", type=positive_float, default=1.0,
                    help="seconds of timing per kernel at most (default 1)")
+    add_tolerance_arguments(p)
     p.add_argument("--reference", default="onnxruntime",
                    help="backend every kernel's numbers are checked against ('none': "
                         "unchecked)")
@@ -109,10 +112,12 @@ def run(args: argparse.Namespace) -> int:
     if not targets:
         raise CollageError("no backend is installed and usable here")
     reference = None if args.reference.lower() == "none" else args.reference
+    given = tolerance_of(args)
+    tolerance = dict(zip(("rtol", "atol_scale"), given, strict=True)) if given else {}
     started = time.perf_counter()
     est = MeasuringEstimator(targets, cache_path=args.cache, timeout_s=args.timeout,
                              reference=reference, skip_unusable=True,
-                             settings=MeasureSettings(budget_s=args.budget),
+                             settings=MeasureSettings(budget_s=args.budget, **tolerance),
                              executor=args.measure_on)
     for target, reason in est.skipped.items():
         sys.stderr.write(f"collage-mlir: skipping backend '{target}': {reason}\n")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S, tolerance
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S
 from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
     add_input_shape_argument,
     add_measure_on_argument,
+    add_tolerance_arguments,
     backend_names,
     check_output_dir,
     cost_table_format,
@@ -17,6 +18,7 @@ from collage_mlir.tools.args import (
     non_negative_float,
     positive_float,
     positive_int,
+    tolerance_of,
 )
 
 
@@ -43,13 +45,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds the measure phase may take: whole models and single ops "
                         "are always measured, larger candidates until it is spent (the "
                         "report counts those left unmeasured; default: no limit)")
-    p.add_argument("--rtol", type=non_negative_float, default=None, metavar="R",
-                   help="relative tolerance of every output element against the reference "
-                        "backend's (default 0.01)")
-    p.add_argument("--atol-scale", type=non_negative_float, default=None, metavar="A",
-                   help="absolute tolerance as a fraction of the output's largest magnitude "
-                        "(default 0.003); a quantized model's backends round differently and "
-                        "may need more")
+    add_tolerance_arguments(p)
     p.add_argument("--no-prune", dest="prune", action="store_false",
                    help="measure every candidate, also those already shown unable to win")
     p.add_argument("--no-merge", dest="merge", action="store_false",
@@ -88,7 +84,7 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 measure_budget_s=args.measure_budget, prune=args.prune,
                                 merge=args.merge, refine_budget_s=args.refine_budget,
                                 executor=args.measure_on,
-                                tolerance=tolerance(args.rtol, args.atol_scale))
+                                tolerance=tolerance_of(args))
 
 
 def run(args: argparse.Namespace) -> int:

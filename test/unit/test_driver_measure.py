@@ -122,6 +122,26 @@ def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
     assert (seen["merge"], seen["prune"]) == (True, True) and seen["refine_budget_s"] > 0
 
 
+def test_cli_measure_checks_to_the_tolerance_given(tmp_path, monkeypatch):
+    import collage_mlir.cost.measure as measure_mod
+    from collage_mlir.tools.cli import main
+
+    seen = []
+
+    def spy(*args, settings=None, **kw):
+        seen.append(settings)
+        raise CollageError("stop here")
+
+    monkeypatch.setattr(measure_mod, "MeasuringEstimator", spy)
+    model = Path(tmp_path / "m.onnx")
+    onnx.save(onnx.parser.parse_model(MODEL), str(model))
+    argv = ["measure", str(model), "--backends", "onnxruntime", "--budget", "0.5"]
+    assert main([*argv, "--rtol", "0.02", "--atol-scale", "0.25"]) == 1
+    assert (seen[-1].rtol, seen[-1].atol_scale, seen[-1].budget_s) == (0.02, 0.25, 0.5)
+    assert main(argv) == 1
+    assert (seen[-1].rtol, seen[-1].atol_scale) == (0.01, 0.003)
+
+
 def test_compile_measures_with_its_timeout_and_a_hang_costs_one_timeout(tmp_path, doubles,
                                                                         monkeypatch):
     """End to end through `compile(timeout_s=...)`: backends registered in this process are
