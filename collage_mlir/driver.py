@@ -28,6 +28,7 @@ from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick, drifted
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
@@ -182,10 +183,19 @@ def tolerance(rtol: float | None, atol_scale: float | None) -> tuple[float, floa
     the default tolerance)."""
     if rtol is None and atol_scale is None:
         return None
-    from collage_mlir.cost.protocol import MeasureSettings
-
     return (MeasureSettings.rtol if rtol is None else rtol,
             MeasureSettings.atol_scale if atol_scale is None else atol_scale)
+
+
+def measure_settings(kernel_budget_s: float | None = None,
+                     tolerance: tuple[float, float] | None = None) -> MeasureSettings:
+    """The measuring settings with a kernel budget and a tolerance where given."""
+    fields: dict[str, float] = {}
+    if kernel_budget_s is not None:
+        fields["budget_s"] = kernel_budget_s
+    if tolerance is not None:
+        fields["rtol"], fields["atol_scale"] = tolerance
+    return MeasureSettings(**fields)
 
 
 def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike | None,
@@ -205,16 +215,10 @@ def make_estimator(cost: str, backends: Sequence[str], cache: str | os.PathLike 
                            "numbers ≥ 0")
     if cost == "measure":
         from collage_mlir.cost.measure import MeasuringEstimator
-        from collage_mlir.cost.protocol import MeasureSettings
 
-        fields: dict[str, float] = {}
-        if kernel_budget_s is not None:
-            fields["budget_s"] = kernel_budget_s
-        if tolerance is not None:
-            fields["rtol"], fields["atol_scale"] = tolerance
-        settings = MeasureSettings(**fields) if fields else None
         return MeasuringEstimator(list(backends), cache_path=cache, timeout_s=timeout_s,
-                                  settings=settings, executor=executor)
+                                  settings=measure_settings(kernel_budget_s, tolerance),
+                                  executor=executor)
     if cost.startswith("table:"):
         from collage_mlir.cost.table import TableEstimator
 

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from collage_mlir.backends.registry import available_backends
     from collage_mlir.candidate import CandidatePartition
     from collage_mlir.cost.measure import MeasuringEstimator
-    from collage_mlir.cost.protocol import MeasureSettings
+    from collage_mlir.driver import measure_settings
     from collage_mlir.graph import DataflowGraph, SubGraph
     from collage_mlir.progress import ProgressBar
 
@@ -112,12 +112,10 @@ def run(args: argparse.Namespace) -> int:
     if not targets:
         raise CollageError("no backend is installed and usable here")
     reference = None if args.reference.lower() == "none" else args.reference
-    given = tolerance_of(args)
-    tolerance = dict(zip(("rtol", "atol_scale"), given, strict=True)) if given else {}
     started = time.perf_counter()
     est = MeasuringEstimator(targets, cache_path=args.cache, timeout_s=args.timeout,
                              reference=reference, skip_unusable=True,
-                             settings=MeasureSettings(budget_s=args.budget, **tolerance),
+                             settings=measure_settings(args.budget, tolerance_of(args)),
                              executor=args.measure_on)
     for target, reason in est.skipped.items():
         sys.stderr.write(f"collage-mlir: skipping backend '{target}': {reason}\n")
