@@ -13,7 +13,8 @@ every batch norm's running statistics are calibrated on random inputs (its outpu
 variance at every depth, as in a trained network). Everything is seeded: exports are
 deterministic. `python bench/models.py` prints each model's output magnitude.
 
-    python bench/models.py [NAMES...] [--out DIR] [--dynamic-batch] [--force] [--list]
+    python bench/models.py [NAMES...] [--out DIR] [--dynamic-batch] [--exporter dynamo]
+                           [--force] [--list]
     python bench/models.py --fixtures test/data/exported   # the committed test models
 
 Torch and transformers are bench-only dependencies (`pip install -e '.[bench]'`); importing
@@ -31,7 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURES = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2", "tiny_llama"]  # + tiny_bert with dynamic batch
+FIXTURES = [("tiny_bert", "torchscript"), ("tiny_gpt2", "torchscript"),
+            ("tiny_mobilenet_v2", "torchscript"), ("tiny_deepspeech2", "torchscript"),
+            ("tiny_llama", "torchscript"), ("tiny_bert_token_types", "torchscript"),
+            ("tiny_opt", "dynamo")]  # + tiny_bert with dynamic batch
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,15 @@ ZOO: dict[str, ZooModel] = {
                                   _image(64), "logits"),
     "tiny_deepspeech2": ZooModel(_deepspeech2(hidden=16, layers=2, features=33),
                                  {"spectrogram": ((1, 1, 33, 24), "image")}, "log_probs"),
+    "tiny_bert_token_types": ZooModel(
+        _encoder("BertModel", "BertConfig", ("input_ids", "attention_mask", "token_type_ids"),
+                 num_hidden_layers=2, hidden_size=64, num_attention_heads=2,
+                 intermediate_size=128, vocab_size=1000, max_position_embeddings=64),
+        {**_tokens(1000, 16), "token_type_ids": ((1, 16), "tokens:2")}, "last_hidden_state"),
+    "tiny_opt": ZooModel(_encoder("OPTModel", "OPTConfig", num_hidden_layers=2, hidden_size=64,
+                                  ffn_dim=128, num_attention_heads=2, word_embed_proj_dim=64,
+                                  vocab_size=1000, max_position_embeddings=64),
+                         _tokens(1000, 16), "last_hidden_state"),
     "tiny_llama": ZooModel(_encoder("LlamaModel", "LlamaConfig", num_hidden_layers=2,
                                     hidden_size=64, intermediate_size=128,
                                     num_attention_heads=4, num_key_value_heads=2,
@@ -266,7 +279,7 @@ def inputs(name_or_path: str | os.PathLike, seed: int = 0) -> dict[str, np.ndarr
     other .onnx file by its inputs): token ids in the vocabulary, a mask of ones,
     standard-normal images; a dynamic batch is 1."""
     key = str(name_or_path)
-    stem = Path(key).stem.removesuffix("_dynbatch")
+    stem = zoo_name(Path(key))
     spec = (ZOO[key].inputs if key in ZOO else ZOO[stem].inputs if stem in ZOO
             else _spec_of_file(Path(key)))
     rng = np.random.default_rng(seed)
@@ -328,12 +341,25 @@ def build(name: str):
     return model
 
 
-def _path(name: str, out_dir: str | os.PathLike | None, dynamic_batch: bool) -> Path:
+EXPORTERS = ("torchscript", "dynamo")
+"""torch.onnx.export's two exporters: `dynamo=False` (TorchScript tracing, opset 17) and
+`dynamo=True` (torch.export + onnxscript, the default in torch 2.13; its own opset)."""
+
+
+def _path(name: str, out_dir: str | os.PathLike | None, dynamic_batch: bool,
+          exporter: str = "torchscript") -> Path:
     out = Path(out_dir).expanduser() if out_dir is not None else default_dir()
-    return out / f"{name}{'_dynbatch' if dynamic_batch else ''}.onnx"
+    suffix = ("_dynbatch" if dynamic_batch else "") + ("_dynamo" if exporter == "dynamo" else "")
+    return out / f"{name}{suffix}.onnx"
 
 
-def _write(model, name: str, path: Path, dynamic_batch: bool) -> None:
+def zoo_name(path: Path) -> str:
+    """The zoo model an exported file is of (`_path`'s name without its suffixes)."""
+    return path.stem.removesuffix("_dynamo").removesuffix("_dynbatch")
+
+
+def _write(model, name: str, path: Path, dynamic_batch: bool,
+           exporter: str = "torchscript") -> None:
     """torch.onnx.export as a user calls it (external data, if any, lands beside `path`)."""
     torch, _ = _require()
     spec = ZOO[name]
@@ -341,17 +367,21 @@ def _write(model, name: str, path: Path, dynamic_batch: bool) -> None:
     axes = {k: {0: "batch"} for k in [*spec.inputs, spec.output]} if dynamic_batch else None
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        torch.onnx.export(model, feeds, str(path), opset_version=17,
-                          input_names=list(spec.inputs), output_names=[spec.output],
-                          dynamic_axes=axes, do_constant_folding=True, dynamo=False)
+        if exporter == "dynamo":
+            torch.onnx.export(model, feeds, str(path), input_names=list(spec.inputs),
+                              output_names=[spec.output], dynamic_axes=axes, dynamo=True)
+        else:
+            torch.onnx.export(model, feeds, str(path), opset_version=17,
+                              input_names=list(spec.inputs), output_names=[spec.output],
+                              dynamic_axes=axes, do_constant_folding=True, dynamo=False)
 
 
 def export(name: str, out_dir: str | os.PathLike | None = None, *, dynamic_batch: bool = False,
-           force: bool = False) -> Path:
-    """Export zoo model `name` (once; cached as OUT_DIR/NAME[_dynbatch].onnx)."""
-    path = _path(name, out_dir, dynamic_batch)
+           force: bool = False, exporter: str = "torchscript") -> Path:
+    """Export zoo model `name` (once; cached as OUT_DIR/NAME[_dynbatch][_dynamo].onnx)."""
+    path = _path(name, out_dir, dynamic_batch, exporter)
     if force or not path.exists():
-        _write(build(name), name, path, dynamic_batch)
+        _write(build(name), name, path, dynamic_batch, exporter)
     return path
 
 
@@ -369,10 +399,10 @@ def fixtures(out_dir: str | os.PathLike) -> list[Path]:
     """The test models: FIXTURES (static) and tiny_bert with a dynamic batch, each with
     NAME.npz holding its inputs and torch's output for them (`expected`)."""
     paths = []
-    for name in FIXTURES:
+    for name, exporter in FIXTURES:
         model = build(name)
-        paths.append(_path(name, out_dir, False))
-        _write(model, name, paths[-1], False)
+        paths.append(_path(name, out_dir, False, exporter))
+        _write(model, name, paths[-1], False, exporter)
         feeds, want = reference(name, model)
         np.savez(paths[-1].with_suffix(".npz"), **feeds, expected=want)
     paths.append(export("tiny_bert", out_dir, dynamic_batch=True, force=True))
@@ -423,6 +453,8 @@ def main() -> None:
     p.add_argument("--out", default=None, help=f"directory (default {default_dir()})")
     p.add_argument("--dynamic-batch", action="store_true", help="export with a batch dim_param")
     p.add_argument("--force", action="store_true", help="export again even if the file exists")
+    p.add_argument("--exporter", choices=EXPORTERS, default="torchscript",
+                   help="torch.onnx.export's exporter (default torchscript, dynamo=False)")
     p.add_argument("--list", action="store_true", help="print the zoo and exit")
     p.add_argument("--fixtures", metavar="DIR", help="write the test models to DIR and exit")
     args = p.parse_args()
@@ -431,16 +463,16 @@ def main() -> None:
         return
     if args.fixtures:
         for path in fixtures(args.fixtures):
-            name = path.stem.removesuffix("_dynbatch")
+            name = zoo_name(path)
             print(describe(name, path, build(name), "written"), flush=True)
         return
     for name in args.names or [n for n in ZOO if not n.startswith("tiny_")]:
-        path = _path(name, args.out, args.dynamic_batch)
+        path = _path(name, args.out, args.dynamic_batch, args.exporter)
         model = build(name)
         took = "cached"
         if args.force or not path.exists():
             t0 = time.perf_counter()
-            _write(model, name, path, args.dynamic_batch)
+            _write(model, name, path, args.dynamic_batch, args.exporter)
             took = f"export {time.perf_counter() - t0:.1f} s"
         print(describe(name, path, model, took), flush=True)
 

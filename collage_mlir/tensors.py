@@ -13,12 +13,19 @@ reference see the same arrays):
   index below every dimension is valid on any axis, so the kernel does real work instead of
   failing a bounds check. Regions that need other integer values (a Reshape target fed at
   run time) fail on every backend alike, so they cost the same everywhere.
+- narrower where the region itself says so (`index_bounds`): an integer input that reaches
+  a gather's indices unchanged (reshaped, cast, sliced) stays below that table's rows — a
+  BERT's `token_type_ids` index a table of 2; one that reaches them through arithmetic is
+  0 or 1, the values of a mask or a token id that any model accepts — OPT's positions are
+  the running sum of its attention mask, and a mask of values up to 15 summed over 512
+  tokens would index past its table. Out of bounds, onnxruntime (the reference) fails
+  and a backend that does not check returns garbage, so the region could not be checked.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -77,31 +84,101 @@ def result_specs(fn: ir.Operation) -> list[TensorSpec | None]:
 
 
 def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
-                          seed: int | None = None, variant: int = 0) -> list[np.ndarray]:
+                          seed: int | None = None, variant: int = 0,
+                          bounds: Mapping[int, int] | None = None) -> list[np.ndarray]:
     """Arrays following the module's input rule; seeded from the specs (plus `variant`, for
-    another set of the same kind) unless `seed` is given."""
+    another set of the same kind) unless `seed` is given; integer input k below
+    `bounds[k]` where given (`index_bounds`)."""
     specs = [(tuple(shape), np.dtype(dt)) for shape, dt in specs]
     if seed is None:
         seed = int.from_bytes(hashlib.sha256(repr(specs).encode()).digest()[:8], "little")
         seed += variant
     rng = np.random.default_rng(seed)
-    dims = [d for shape, dt in specs if dt.kind not in "iu" for d in shape if d >= 1]
-    high = min([INDEX_CAP, *dims])
+    high = _index_high(specs)
     out: list[np.ndarray] = []
-    for shape, dt in specs:
+    for k, (shape, dt) in enumerate(specs):
         if dt.kind == "f":
             out.append(rng.standard_normal(shape, dtype=np.float32).astype(dt))
         elif dt.kind == "b":
             out.append(rng.integers(0, 2, size=shape).astype(np.bool_))
         else:
-            out.append(rng.integers(0, high, size=shape).astype(dt))
+            top = min(high, (bounds or {}).get(k, high))
+            out.append(rng.integers(0, top, size=shape).astype(dt))
     return out
+
+
+def _index_high(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> int:
+    """The integer inputs' bound by the general rule: below every non-integer dimension."""
+    dims = [d for shape, dt in specs if dt.kind not in "iu" for d in shape if d >= 1]
+    return min([INDEX_CAP, *dims])
 
 
 def make_inputs(fn: ir.Operation, seed: int | None = None, variant: int = 0
                 ) -> list[np.ndarray]:
     """Inputs for every argument of `fn` (a `func.func`), by the module's input rule."""
-    return make_inputs_for_specs(argument_specs(fn), seed, variant)
+    return make_inputs_for_specs(argument_specs(fn), seed, variant, index_bounds(fn))
+
+
+GATHERS = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"})
+"""Ops whose operand 1 indexes operand 0 (along `axis`; the ND forms along leading axes)."""
+
+VALUE_KEEPING = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast",
+                           "Expand", "Transpose", "Slice", "Concat", "Tile", "Gather"})
+"""Ops whose outputs hold only values of their (first) input: an index stays an index."""
+
+DERIVED_BOUND = 2
+"""Integer inputs that reach indices through arithmetic are below this: masks and ids."""
+
+
+def index_bounds(fn: ir.Operation) -> dict[int, int]:
+    """Integer arguments of `fn` the input rule must keep narrower than its general bound:
+    argument position → exclusive bound (see the module docstring). Empty for most regions,
+    so their inputs, and their cache keys, are as before."""
+    args = list(fn.regions[0].blocks[0].arguments)
+    specs = argument_specs(fn)
+    high = _index_high(specs)
+    out = {}
+    for k, (arg, spec) in enumerate(zip(args, specs, strict=True)):
+        if spec.dtype.kind in "iu":
+            bound = _reached_bound(arg)
+            if bound is not None and bound < high:
+                out[k] = max(1, bound)
+    return out
+
+
+def _reached_bound(arg: ir.Value) -> int | None:
+    """The smallest table `arg`'s values index, walking its uses forward (DERIVED_BOUND
+    for indices computed from it); None when no gather's indices depend on it."""
+    bound, seen, todo = None, set(), [(arg, False)]
+    while todo:
+        value, derived = todo.pop()
+        for use in value.uses:
+            op = use.owner
+            kind = onnx_view.op_type(op)
+            if kind in GATHERS and use.operand_number == 1:
+                rows = _indexed_rows(op)
+                here = min(rows, DERIVED_BOUND) if derived else rows
+                bound = here if bound is None else min(bound, here)
+                continue
+            keeps = kind in VALUE_KEEPING and (kind == "Concat" or use.operand_number == 0)
+            for result in op.results:
+                if (result, derived or not keeps) not in seen and kind is not None:
+                    seen.add((result, derived or not keeps))
+                    todo.append((result, derived or not keeps))
+    return bound
+
+
+def _indexed_rows(op: ir.Operation) -> int:
+    """How many entries the gather `op`'s indices can address (its table's indexed dim)."""
+    shape = onnx_view.tensor_type(op.operands[0].type)
+    dims = list(shape[0]) if shape and shape[0] is not None else []
+    if not dims or any(d < 0 for d in dims):
+        return INDEX_CAP
+    if onnx_view.op_type(op) in ("GatherND", "ScatterND"):
+        return min(dims)
+    attr = onnx_view.attributes(op).get("axis")
+    axis = int(onnx_view.attribute_value(attr)) if attr is not None else 0
+    return dims[axis % len(dims)]
 
 
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:

@@ -45,6 +45,7 @@ from collage_mlir.export.resources import (
     module_resources,
     unquote_key,
 )
+from collage_mlir.tensors import index_bounds
 
 KEY_VERSION = "2"  # bump when the canonical form changes, so old cache rows stop matching
 
@@ -162,6 +163,9 @@ def function_key(fn: ir.Operation, tokens: dict[str, str] | None = None) -> Regi
     canon.lines.append(f"key{KEY_VERSION} func {canon.attrs(fn, _SKIPPED_FUNC_ATTRS)}")
     for block in fn.regions[0].blocks:
         canon.block(block, 0)
+    bounds = index_bounds(fn)
+    if bounds:  # its inputs differ from the general rule's, and so may its numbers
+        canon.lines.append(f"inputs below {sorted(bounds.items())}")
     digest = hashlib.sha256("\n".join(canon.lines).encode()).hexdigest()
     return RegionKey(digest, signature(fn))
 

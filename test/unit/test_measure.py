@@ -12,14 +12,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import onnx
 import onnx.parser
+import onnxruntime as ort
 import pytest
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.cache import INVALID, OK, TIMEOUT, MeasurementCache
+from collage_mlir.cost.key import function_key
 from collage_mlir.cost.measure import MeasuringEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.transition import fit
@@ -27,7 +30,7 @@ from collage_mlir.dialects.func import find_function
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.importer import import_onnx
-from collage_mlir.tensors import compare, make_inputs_for_specs
+from collage_mlir.tensors import compare, index_bounds, make_inputs, make_inputs_for_specs
 
 HERE = Path(__file__).parent
 NUMPY = "fault_backend:NumpyTestBackend"
@@ -1025,3 +1028,46 @@ def test_remeasure_marks_the_candidates_rows_for_the_next_run(tmp_path, graph):
         assert est.stats.measured == 1 and est.stats.hits == 3
         assert math.isfinite(again[0]) and again[1:] == first[1:]
         assert not any(r.stale for r in est.cache.measurements())
+
+
+
+def _indexing_model() -> onnx.ModelProto:
+    """Ids index 1000 rows; token types, reshaped, 2 rows; positions (the running sum of a
+    mask, times the mask, plus one) 18 rows; a float input of width 4 beside them."""
+    h, tp = onnx.helper, onnx.TensorProto
+    rng = np.random.default_rng(0)
+    table = {n: onnx.numpy_helper.from_array(rng.standard_normal((r, 4)).astype(np.float32), n)
+             for n, r in (("words", 1000), ("segments", 2), ("places", 18))}
+    consts = [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("one", 1), ("axis", 1), ("shape", [1, 16]))]
+    nodes = [h.make_node("Gather", ["words", "ids"], ["w"]),
+             h.make_node("Reshape", ["types", "shape"], ["flat"]),
+             h.make_node("Gather", ["segments", "flat"], ["s"]),
+             h.make_node("CumSum", ["mask", "axis"], ["c"]),
+             h.make_node("Mul", ["c", "mask"], ["m"]),
+             h.make_node("Add", ["m", "one"], ["q"]),
+             h.make_node("Gather", ["places", "q"], ["e"]),
+             h.make_node("Sum", ["w", "s", "e", "x"], ["y"])]
+    ints = [h.make_tensor_value_info(n, tp.INT64, [1, 16]) for n in ("ids", "types", "mask")]
+    graph = h.make_graph(nodes, "g", [*ints, h.make_tensor_value_info("x", tp.FLOAT,
+                                                                       [4, 16, 4])],
+                         [h.make_tensor_value_info("y", tp.FLOAT, [4, 16, 4])],
+                         [*table.values(), *consts])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_integer_inputs_stay_inside_the_tables_they_index():
+    """Token types stay below 2; the mask is 0 or 1 (up to 15, its running sum would index
+    row 241 of 18); ids follow the general rule (below every float dim: 4). onnxruntime, the
+    reference, runs on them. The narrowing is part of the region's cache key."""
+    module = import_onnx(_indexing_model())
+    fn = find_function(module)
+    assert index_bounds(fn) == {1: 2, 2: 2}
+    ids, types, mask, x = make_inputs(fn)
+    assert 2 <= ids.max() < 4 and types.max() < 2 and mask.max() < 2
+    session = ort.InferenceSession(_indexing_model().SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    session.run(None, {"ids": ids, "types": types, "mask": mask, "x": x})
+    with_bounds = function_key(fn).digest
+    with patch("collage_mlir.cost.key.index_bounds", lambda fn: {}):
+        assert function_key(fn).digest != with_bounds
