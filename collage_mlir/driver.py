@@ -24,6 +24,7 @@ from collage_mlir.annotate import generate_candidates, specs_for
 from collage_mlir.backends.registry import available_backends, registered_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.isolated import Probed, probe_final
+from collage_mlir.check.quantized import quantization_error
 from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick, drifted
@@ -474,7 +475,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                  verify=verify, timeout_s=options.timeout_s)
         notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
                           timings, probed.partitioning)
-        hint = tolerance_hint(graph, candidates, probed.costs, estimator)
+        refused = refused_for_numbers(graph, candidates, probed.costs, estimator)
+        hint = tolerance_hint(refused, own_quantization_error(module) if refused else None)
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
@@ -531,28 +533,48 @@ WRONG_NUMBERS = re.compile(r"wrong numbers: max abs err ([-+.\deE]+) in output \
                            r"\(max \|ref\| ([-+.\deE]+)")
 
 
-def tolerance_hint(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-                   costs: Sequence[float], estimator: CostEstimator) -> str | None:
-    """For a quantized model (QUANTIZING ops) whose whole model some backend ran but
-    with numbers outside the tolerance: what that backend's error was and the absolute
-    tolerance that would accept it. Int8 backends round differently, the difference grows
-    with depth, and which execution of a quantized model is right is the user's call."""
+def refused_for_numbers(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                        costs: Sequence[float], estimator: CostEstimator) -> dict[str, float]:
+    """For a quantized model (QUANTIZING ops): each backend whose whole model ran but with
+    numbers outside the tolerance, and its error relative to the output's magnitude. Int8
+    backends round differently and the difference grows with depth."""
     if not any(n.op_type in QUANTIZING for n in graph.op_nodes()):
-        return None
+        return {}
     errors = {}
     for c, cost in zip(candidates, costs, strict=True):
         if c.inside == graph.op_bits and math.isinf(cost):
             found = WRONG_NUMBERS.search(estimator.reason(c) or "")
             if found and float(found[2]) > 0:
                 errors[c.backend] = float(found[1]) / float(found[2])
+    return errors
+
+
+def tolerance_hint(errors: dict[str, float], own_error: float | None = None) -> str | None:
+    """What `refused_for_numbers` found, the absolute tolerance that would accept it and,
+    where known, the model's own quantization error (`check.quantized`) to judge it by:
+    which execution of a quantized model is right is the user's call."""
     if not errors:
         return None
     off = ", ".join(f"{b}'s {e:.1%}" for b, e in sorted(errors.items()))
     needed = float(f"{1.25 * max(errors.values()):.2g}")  # a margin for other inputs
+    own = ""
+    if own_error is not None:
+        within = "within" if max(errors.values()) <= own_error else "beyond"
+        own = (f"; {within} the model's own quantization error: onnxruntime's int8 run is "
+               f"{own_error:.1%} off the float model without activation quantization")
     return (f"quantized model: whole models left out for their numbers ({off} of the "
             f"output's magnitude off the reference; int8 kernels round differently and the "
-            f"difference grows with depth); --atol-scale {needed:g} (Python: tolerance="
+            f"difference grows with depth{own}); --atol-scale {needed:g} (Python: tolerance="
             f"(rtol, {needed:g})) accepts them, if such answers are right for you")
+
+
+def own_quantization_error(module: ir.Module) -> float | None:
+    """`check.quantized.quantization_error` of the model, None where it cannot be had (the
+    hint then goes without it: it is context, not a decision)."""
+    try:
+        return quantization_error(module)
+    except Exception:  # a backend failing on the twin must not cost the run its result
+        return None
 
 
 def remeasure_drifted(estimator: CostEstimator, verdict: Verdict, pick: Partitioning,

@@ -15,11 +15,15 @@ from onnx import TensorProto, helper, numpy_helper
 import collage_mlir
 from collage_mlir.backends.registry import available_backends, get_backend
 from collage_mlir.candidate import CandidatePartition
+from collage_mlir.check.quantized import float_twin, quantization_error
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.driver import entry_graph, tolerance_hint
+from collage_mlir.dialects.func import public_functions
+from collage_mlir.driver import entry_graph, refused_for_numbers, tolerance_hint
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraph
+from collage_mlir.runtime.model import region_module
 from collage_mlir.static_shapes import make_static
+from collage_mlir.tensors import model_inputs
 
 
 def qdq_conv_model(seed: int = 0) -> onnx.ModelProto:
@@ -92,17 +96,60 @@ def test_a_quantized_model_refused_whole_for_its_numbers_says_what_would_accept_
         return graph, [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino", "whole")]
 
     graph, candidates = whole(qdq_conv_model())
-    hint = tolerance_hint(graph, candidates, [math.inf], WrongNumbers())
+    refused = refused_for_numbers(graph, candidates, [math.inf], WrongNumbers())
+    assert refused == {"openvino": 0.15}
+    hint = tolerance_hint(refused)
     assert "openvino's 15.0% of the output's magnitude" in hint
     assert "--atol-scale 0.19" in hint  # 1.25 x 0.15: other inputs may differ a little more
-    assert tolerance_hint(graph, candidates, [1e-3], WrongNumbers()) is None  # it ran
-    relu = helper.make_graph(
+    assert "within the model's own quantization error" in tolerance_hint(refused, 0.2)
+    assert "beyond the model's own quantization error" in tolerance_hint(refused, 0.1)
+    assert refused_for_numbers(graph, candidates, [1e-3], WrongNumbers()) == {}  # it ran
+    assert tolerance_hint({}) is None
+    graph, candidates = whole(plain_relu())  # a float model's error is an error
+    assert refused_for_numbers(graph, candidates, [math.inf], WrongNumbers()) == {}
+
+
+def test_the_float_twin_drops_activation_rounding_and_keeps_int8_weights():
+    """The twin computes the model's convolution on its float input and its dequantized
+    int8 weights, without the input's and output's rounding; the model's own error is
+    onnxruntime's int8 run against it (on a CPU without VNNI, int8 kernels saturate
+    u8 x s8 pair sums, so that is more than the rounding alone)."""
+    module = collage_mlir.import_onnx(qdq_conv_model())
+    twin = float_twin(module)
+    text = str(twin).split("{-#")[0]
+    assert "onnx.QuantizeLinear" not in text and text.count("onnx.DequantizeLinear") == 1
+    assert "vtensor<[8,3,3,3],si8>" in text  # the weights are the model's own
+    (x,) = model_inputs(module)
+    model = qdq_conv_model()
+    w, scales = (numpy_helper.to_array(model.graph.initializer[k]) for k in (2, 3))
+    plain = helper.make_graph(
+        [helper.make_node("Conv", ["x", "wf", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "plain", list(model.graph.input),
+        list(model.graph.output),
+        [numpy_helper.from_array(w.astype(np.float32) * scales[:, None, None, None], "wf"),
+         model.graph.initializer[5]])
+    want = _ort(helper.make_model(plain, opset_imports=[helper.make_opsetid("", 17)],
+                                  ir_version=8), x)
+    got = get_backend("onnxruntime").compile(region_module(public_functions(twin)[0])).run(
+        [x])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    int8 = _ort(model, x)
+    assert quantization_error(module) == pytest.approx(
+        float(np.abs(int8 - want).max() / np.abs(want).max()), rel=1e-4)
+    assert float_twin(collage_mlir.import_onnx(plain_relu())) is None
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def plain_relu() -> onnx.ModelProto:
+    graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "float",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-    graph, candidates = whole(helper.make_model(relu, opset_imports=[
-        helper.make_opsetid("", 17)], ir_version=8))  # a float model's error is an error
-    assert tolerance_hint(graph, candidates, [math.inf], WrongNumbers()) is None
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 @pytest.mark.parametrize("op,hinted", [("QLinearAdd", True), ("FusedMatMul", False)])
