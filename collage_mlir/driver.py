@@ -561,7 +561,7 @@ def tolerance_hint(errors: dict[str, float], own_error: float | None = None) -> 
     if own_error is not None:
         within = "within" if max(errors.values()) <= own_error else "beyond"
         own = (f"; {within} the model's own quantization error: onnxruntime's int8 run is "
-               f"{own_error:.1%} off the float model without activation quantization")
+               f"{own_error:.1%} off the model with its activations unrounded")
     return (f"quantized model: whole models left out for their numbers ({off} of the "
             f"output's magnitude off the reference; int8 kernels round differently and the "
             f"difference grows with depth{own}); --atol-scale {needed:g} (Python: tolerance="
