@@ -158,16 +158,18 @@ def _reached_bound(arg: ir.Value) -> int | None:
         for use in value.uses:
             op = use.owner
             kind = onnx_view.op_type(op)
+            if kind is None:  # the return
+                continue
             if kind in GATHERS and use.operand_number == 1:
                 rows = _indexed_rows(op)
                 here = min(rows, DERIVED_BOUND) if derived else rows
                 bound = here if bound is None else min(bound, here)
                 continue
             keeps = kind in VALUE_KEEPING and (kind == "Concat" or use.operand_number == 0)
-            for result in op.results:
-                if (result, derived or not keeps) not in seen and kind is not None:
-                    seen.add((result, derived or not keeps))
-                    todo.append((result, derived or not keeps))
+            for step in ((result, derived or not keeps) for result in op.results):
+                if step not in seen:
+                    seen.add(step)
+                    todo.append(step)
     return bound
 
 
