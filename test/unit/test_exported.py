@@ -45,8 +45,9 @@ def test_exports_import_with_every_value_static(name: str) -> None:
     assert computed <= len(original.graph.node) - shape_ops  # shape code folded away
 
 
-def test_dynamic_batch_needs_a_shape_and_takes_one(capsys) -> None:
-    path = DATA / "tiny_bert_dynbatch.onnx"
+@pytest.mark.parametrize("name", ["tiny_bert_dynbatch", "tiny_bert_dynbatch_dynamo"])
+def test_dynamic_batch_needs_a_shape_and_takes_one(capsys, name: str) -> None:
+    path = DATA / f"{name}.onnx"
     with pytest.raises(CollageError, match=r"input 'input_ids' has dynamic shape \[batch,16\]"
                                            r".*--input-shape input_ids=1x16"):
         collage_mlir.import_onnx(path)
