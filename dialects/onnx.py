@@ -44,6 +44,11 @@ def op_type(op: ir.Operation) -> str | None:
     return name[5:] if name.startswith("onnx.") else name
 
 
+def ops_of(fn: ir.Operation, kind: str) -> list[ir.Operation]:
+    """The ops of `fn`'s body (a `func.func`) of ONNX op type `kind` ("Conv")."""
+    return [op for op in fn.regions[0].blocks[0].operations if op_type(op) == kind]
+
+
 def node_name(op: ir.Operation) -> str:
     """The ONNX node name the importer kept as the op's location ("" when it had none)."""
     m = _NAME_LOC.fullmatch(str(op.location))

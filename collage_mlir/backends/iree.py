@@ -229,7 +229,7 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
 def _blob_table(module: ir.Module) -> Mapping[str, bytes | memoryview]:
     """The module's blobs, read before `materialize` drops the name of its weight store, and
     only when it has a Resize (the one rewrite that reads a constant)."""
-    has_resize = iree_rewrites.ops_of(_only_function(module), "Resize")
+    has_resize = onnx_view.ops_of(_only_function(module), "Resize")
     return module_resources(module) if has_resize else {}
 
 

@@ -53,11 +53,6 @@ def constant_reader(blobs: Mapping[str, bytes | memoryview]) -> Constant:
     return read
 
 
-def ops_of(fn: ir.Operation, op_type: str) -> list[ir.Operation]:
-    """The ops of `fn`'s body that are ONNX `op_type`."""
-    return [op for op in fn.regions[0].blocks[0].operations if onnx_view.op_type(op) == op_type]
-
-
 def _shape(value: ir.Value) -> tuple[tuple[int, ...], str] | None:
     """(static shape, element type) of a value; None when a dim is unknown."""
     parsed = onnx_view.tensor_type(value.type)
@@ -84,7 +79,7 @@ _AS_2D = {"kernel_shape": lambda v: [1, *v], "strides": lambda v: [1, *v],
 def convolutions_as_2d(fn: ir.Operation) -> int:
     """Rewrite each ungrouped 1-D `onnx.Conv` in `fn` as Unsqueeze → 2-D Conv (height 1) →
     Squeeze; returns how many."""
-    convs = [op for op in ops_of(fn, "Conv") if _is_1d_ungrouped(op)]
+    convs = [op for op in onnx_view.ops_of(fn, "Conv") if _is_1d_ungrouped(op)]
     for op in convs:
         x, w, *bias = op.operands
         with ir.InsertionPoint(op), op.location:
@@ -131,7 +126,7 @@ def nearest_resizes_as_expands(fn: ir.Operation, constant: Constant) -> int:
     Reshape (a unit axis after each scaled one) → Expand (the unit axes to the factors) →
     Reshape (to the output); returns how many."""
     done = 0
-    for op in ops_of(fn, "Resize"):
+    for op in onnx_view.ops_of(fn, "Resize"):
         factors = _whole_factors(op, constant)
         if factors is None:
             continue

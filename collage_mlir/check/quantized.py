@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends.iree_rewrites import Constant, constant_reader, ops_of
+from collage_mlir.backends.iree_rewrites import Constant, constant_reader
 from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
@@ -33,7 +33,7 @@ def float_twin(module: ir.Module) -> ir.Module | None:
     fn = public_functions(twin)[0]
     constant = constant_reader(module_resources(module))
     removed = 0
-    for dq in ops_of(fn, "DequantizeLinear"):
+    for dq in onnx_view.ops_of(fn, "DequantizeLinear"):
         q = dq.operands[0].owner
         if isinstance(q, ir.Block) or onnx_view.op_type(q) != "QuantizeLinear":
             continue  # a weight's (constant input) or a model input's
@@ -49,7 +49,7 @@ def float_twin(module: ir.Module) -> ir.Module | None:
         removed += 1
     if not removed:
         return None
-    for q in ops_of(fn, "QuantizeLinear"):
+    for q in onnx_view.ops_of(fn, "QuantizeLinear"):
         if all(not list(r.uses) for r in q.results):
             q.erase()
     return twin
