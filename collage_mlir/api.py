@@ -22,6 +22,7 @@ from collage_mlir.driver import (
 )
 from collage_mlir.runtime.model import PartitionedModel
 from collage_mlir.static_shapes import InputShapes
+from collage_mlir.tensors import Inputs
 
 
 def compile(model: ModelInput, backends: Sequence[str] | None = None,
@@ -35,7 +36,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             prune: bool = True, merge: bool = True,
             refine_budget_s: float = REFINE_BUDGET_S,
             executor: str | RemoteExecutor | None = None,
-            tolerance: tuple[float, float] | None = None) -> PartitionedModel:
+            tolerance: tuple[float, float] | None = None,
+            inputs: Inputs | None = None) -> PartitionedModel:
     """Partition `model` across `backends` by measured cost and compile every region.
 
     `model`: an .onnx or .mlir path, an `onnx.ModelProto` or an imported `ir.Module`.
@@ -60,7 +62,10 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     `tolerance`: (rtol, atol_scale): every output element within `atol_scale * max|ref| +
     rtol * |ref|` of the reference backend's (default (0.01, 0.003); `tensors.compare`):
     a quantized model's backends round differently, and their difference grows with
-    depth. The report lists the candidates left out, per backend and reason.
+    depth. `inputs`: the model's inputs (name → array, or arrays in order), of the shapes
+    it is partitioned for: the final compile checks the pick on them before its made-up
+    inputs, and the end-to-end check and refinement time on them (default: made-up inputs
+    only). The report lists the candidates left out, per backend and reason.
     """
     options = PartitionOptions(
         backends=backends, cache=cache,
@@ -69,5 +74,6 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
         timeout_s=timeout_s, kernel_budget_s=kernel_budget_s,
         measure_budget_s=measure_budget_s, prune=prune, merge=merge,
-        refine_budget_s=refine_budget_s, executor=executor, tolerance=tolerance)
+        refine_budget_s=refine_budget_s, executor=executor, tolerance=tolerance,
+        inputs=inputs)
     return partition(model, options, estimator)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from iree.compiler import ir
 
@@ -32,7 +33,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
-from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
@@ -55,6 +56,7 @@ from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
+from collage_mlir.tensors import Inputs, argument_specs, arrange_inputs
 
 DEFAULT_MAX_DEPTH = 3
 """Measured with onnxruntime, openvino and iree (max-exits=1): light_resnet50 has 177/340/
@@ -101,6 +103,10 @@ class PartitionOptions:
     executor: str | RemoteExecutor | None = None
     """Where candidates are measured (`cost.executor`: None or "local" here, "ray",
     "ray://HOST:PORT", or a `RemoteExecutor`)."""
+    inputs: Inputs | None = None
+    """The model's inputs (by name or in order): the final compile checks the pick on them
+    before the made-up ones, and the end-to-end check and refinement time on them (None:
+    made-up inputs only, `tensors.make_inputs`)."""
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -174,6 +180,17 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
     if placement is None:
         return candidates
     return Placement.from_json(placement).filter(graph, candidates)
+
+
+def given_inputs(fn: ir.Operation, inputs: Inputs) -> list[np.ndarray]:
+    """The user's inputs for the entry point `fn`, arranged in its order and checked
+    against its (static) argument types: a bad one is an error before anything is
+    measured."""
+    try:
+        names, specs = io_names(fn)[0], argument_specs(fn)
+    except ValueError as e:
+        raise CollageError(f"inputs cannot be given for this model: {e}") from None
+    return arrange_inputs(names, specs, inputs)
 
 
 # -- measure --------------------------------------------------------------------------------
@@ -445,6 +462,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         config = SubGraphConfig(max_exits=options.max_exits, allow_taps=False,
                                 max_depth=options.max_depth)
         candidates = annotate(graph, names, config, options.placement)
+    given = None if options.inputs is None else given_inputs(graph.func_op, options.inputs)
     owns_estimator = estimator is None
     if options.measure_budget_s is not None and not 0 < options.measure_budget_s < math.inf:
         raise CollageError(f"measure budget {options.measure_budget_s}: must be a positive "
@@ -472,7 +490,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                 partitioning, merges = merge(partitioning, estimator)
         with _timed(timings, "probe"):
             probed = probe_final(module, candidates, costs, partitioning, estimator,
-                                 verify=verify, timeout_s=options.timeout_s)
+                                 verify=verify, timeout_s=options.timeout_s, inputs=given)
         notes = run_notes(graph, candidates, probed.costs, estimator, options.backends, names,
                           timings, probed.partitioning)
         refused = refused_for_numbers(graph, candidates, probed.costs, estimator)
@@ -480,7 +498,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
-                       names, rejected, notes, merges)
+                       names, rejected, notes, merges, given)
     finally:
         if owns_estimator:  # open until refinement has measured what it builds
             estimator.close()
@@ -489,8 +507,9 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
 def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimator,
             timings: dict[str, float], verify: bool, candidates: list[CandidatePartition],
             probed: Probed, names: list[str], rejected: list[Rejection], notes: list[str],
-            merges: list[Merge]) -> PartitionedModel:
-    """Compile the probed pick, check it end to end, refine what the check kept."""
+            merges: list[Merge], given: list[np.ndarray] | None) -> PartitionedModel:
+    """Compile the probed pick, check it end to end, refine what the check kept (on the
+    `given` inputs, arranged, where there are some)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
     refining = verify and options.refine_budget_s > 0
     pristine = clone_module(module) if alternatives or refining else None
@@ -501,7 +520,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     if alternatives:
         with _timed(timings, "verify"):
             verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s,
-                                       probed.whole)
+                                       probed.whole, given)
             if verdict is not None:
                 remeasure_drifted(estimator, verdict, partitioning, alternatives)
             if kept is not None:
@@ -515,7 +534,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                                         estimator.transition_cost, options.refine_budget_s,
                                         report_rows, estimator, [
                                             (b.name, b.partitioning) for b in notes.baselines
-                                            if b.partitioning is not None])
+                                            if b.partitioning is not None], given)
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,

@@ -1,4 +1,5 @@
-"""Tensors at the edges of kernels: their specs, the inputs every phase feeds, the numeric check.
+"""Tensors at the edges of kernels: their specs, the inputs every phase feeds (made up, or
+the user's, arranged to a signature), the numeric check.
 
 One input rule and one check for the whole tool, so that measurement, the end-to-end check
 and the benchmarks feed kernels the same kind of data and judge outputs alike.
@@ -33,6 +34,7 @@ from iree.compiler import ir
 
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
+from collage_mlir.errors import CollageError
 
 INDEX_CAP = 16
 
@@ -189,6 +191,59 @@ def _indexed_rows(op: ir.Operation) -> int:
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:
     """Inputs for the model entry point (the module's public function)."""
     return make_inputs(public_functions(module)[0], seed)
+
+
+Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
+"""A model's inputs as a user gives them: by name, or in the model's order."""
+
+
+def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: Inputs,
+                   built: str = "the model takes") -> list[np.ndarray]:
+    """`inputs` as the arrays a kernel takes: in order, contiguous, of the specs' shapes
+    and dtypes; a CollageError naming the input when one is missing, extra, of another
+    shape, or of a dtype the cast to the spec's would change values of. `built` opens the
+    shape a message quotes ("this model was built for")."""
+    names = list(names)
+    if isinstance(inputs, Mapping):
+        missing = [n for n in names if n not in inputs]
+        extra = [n for n in inputs if n not in names]
+        if missing or extra:
+            raise CollageError(f"inputs: missing {missing}, unexpected {extra}; "
+                               f"the model takes {names}")
+        arrays = [inputs[n] for n in names]
+    else:
+        arrays = list(inputs)
+        if len(arrays) != len(names):
+            raise CollageError(f"inputs: got {len(arrays)} arrays, the model takes "
+                               f"{len(names)} ({names})")
+    out = []
+    for name, spec, a in zip(names, specs, arrays, strict=True):
+        a = np.asarray(a)
+        if a.shape != spec.shape:
+            raise CollageError(
+                f"input '{name}' has shape {_dims(a.shape)}; {built} {_dims(spec.shape)} "
+                f"(partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
+                "for that shape)")
+        out.append(np.ascontiguousarray(_exact_cast(a, spec.dtype, name)))
+    return out
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    """`a` as `dtype`, refused where the cast would change a value (float64 → float32 that
+    rounds, int64 out of int32 range, a fraction to an int)."""
+    if a.dtype == dtype:
+        return a
+    cast = a.astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = np.array_equal(cast.astype(a.dtype), a, equal_nan=a.dtype.kind in "fc")
+    if not same:
+        raise CollageError(f"input '{name}' is {a.dtype}; the model takes {np.dtype(dtype)} and "
+                           f"the cast would change its values (convert it first)")
+    return cast
 
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))

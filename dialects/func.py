@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from collage_mlir.dialects import collage
+
 ModuleLike = ir.Module | ir.Operation
 """An `ir.Module`, or the `builtin.module` operation (`func_op.parent`)."""
 
@@ -45,3 +47,23 @@ def find_function(module: ModuleLike, name: str | None = None) -> ir.Operation:
         if op.name == "func.func" and (name is None or function_name(op) == name):
             return op
     raise ValueError(f"no function '{name or '<any>'}' in module")
+
+
+def io_names(fn: ir.Operation) -> tuple[list[str], list[str]]:
+    """The input and output names the import recorded on `fn` (`collage.input_names` /
+    `collage.output_names`), else input_k / output_k. ValueError when a recorded list does
+    not match the signature."""
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    n_in, n_out = len(ftype.inputs), len(ftype.results)
+    ins = _strings(fn, collage.INPUT_NAMES) or [f"input_{k}" for k in range(n_in)]
+    outs = _strings(fn, collage.OUTPUT_NAMES) or [f"output_{k}" for k in range(n_out)]
+    if len(ins) != n_in or len(outs) != n_out:
+        raise ValueError(f"@{function_name(fn)}: {collage.INPUT_NAMES} / "
+                         f"{collage.OUTPUT_NAMES} do not match the signature")
+    return ins, outs
+
+
+def _strings(fn: ir.Operation, key: str) -> list[str] | None:
+    if key not in fn.attributes:
+        return None
+    return [ir.StringAttr(a).value for a in ir.ArrayAttr(fn.attributes[key])]

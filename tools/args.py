@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+import numpy as np
+
 from collage_mlir.errors import CollageError
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import parse_input_shape
@@ -101,6 +103,37 @@ def input_shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]] | None:
     """The `--input-shape` options as the API's `input_shapes` (None when none given)."""
     pairs = [parse_input_shape(a) for a in getattr(args, "input_shape", None) or []]
     return dict(pairs) or None
+
+
+INPUTS_HELP = ("the model's inputs: one .npz (arrays named as the inputs), .npy files in "
+               "input order, or name=file.npy")
+
+
+def add_inputs_argument(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--inputs", nargs="+", default=[], metavar="FILE",
+                   help=f"{INPUTS_HELP} (default: {default})")
+
+
+def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
+    """`--inputs` as arrays: by name from one .npz or from name=file.npy, else in order."""
+    if len(specs) == 1 and specs[0].endswith(".npz"):
+        try:
+            with np.load(user_path(specs[0])) as arrays:
+                return {name: arrays[name] for name in arrays.files}
+        except (OSError, ValueError) as e:
+            raise CollageError(f"{specs[0]}: cannot read .npz inputs: {e}") from None
+    if all("=" in s for s in specs):
+        return {k: _load_npy(v) for k, v in (s.split("=", 1) for s in specs)}
+    if any("=" in s for s in specs):
+        raise CollageError("--inputs: use either all name=file.npy or all file.npy")
+    return [_load_npy(s) for s in specs]
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        return np.load(user_path(path))
+    except (OSError, ValueError) as e:
+        raise CollageError(f"{path}: cannot read .npy input: {e}") from None
 
 
 def check_output_file(path: str) -> Path:

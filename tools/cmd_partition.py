@@ -9,12 +9,14 @@ from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
     add_input_shape_argument,
+    add_inputs_argument,
     add_measure_on_argument,
     add_tolerance_arguments,
     backend_names,
     check_output_dir,
     cost_table_format,
     input_shapes,
+    load_inputs,
     non_negative_float,
     positive_float,
     positive_int,
@@ -67,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also write the report as JSON, hand-offs priced as the search priced "
                         "them (schema: collage_mlir/runtime/report.schema.json; default: not "
                         "written)")
+    add_inputs_argument(p, "made-up inputs only; when given, the final compile checks the "
+                           "pick on them first, and the end-to-end check and refinement "
+                           "time on them")
     add_common_arguments(p)
 
 
@@ -84,7 +89,9 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 measure_budget_s=args.measure_budget, prune=args.prune,
                                 merge=args.merge, refine_budget_s=args.refine_budget,
                                 executor=args.measure_on,
-                                tolerance=tolerance_of(args))
+                                tolerance=tolerance_of(args),
+                                inputs=load_inputs(args.inputs) if getattr(
+                                    args, "inputs", None) else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
-from collage_mlir.errors import CollageError
-from collage_mlir.tools.args import check_output_dir, positive_int
+from collage_mlir.tools.args import (
+    add_inputs_argument,
+    check_output_dir,
+    load_inputs,
+    positive_int,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", help="directory written by `collage-mlir partition -o`")
-    p.add_argument("--inputs", nargs="+", default=[],
-                   help="input arrays as .npy files, in input order or as name=file.npy "
-                        "(default: seeded random inputs)")
+    add_inputs_argument(p, "seeded random inputs")
     p.add_argument("--save-outputs", metavar="DIR",
                    help="write each output as DIR/<name>.npy (default: outputs not saved)")
     p.add_argument("--repeat", type=positive_int, default=0, metavar="N",
@@ -30,20 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "given (default: not written)")
 
 
-def load_inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
-    def load(path: str) -> np.ndarray:
-        try:
-            return np.load(path)
-        except (OSError, ValueError) as e:
-            raise CollageError(f"{path}: cannot read .npy input: {e}") from None
-
-    if all("=" in s for s in specs):
-        return {k: load(v) for k, v in (s.split("=", 1) for s in specs)}
-    if any("=" in s for s in specs):
-        raise CollageError("--inputs: use either all name=file.npy or all file.npy")
-    return [load(s) for s in specs]
-
-
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.check.compare import time_side_by_side
     from collage_mlir.runtime import load
@@ -52,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save_outputs:
         check_output_dir(args.save_outputs)
     model = load(args.model_dir)
-    inputs = (load_inputs(args.inputs, model.input_names) if args.inputs
+    inputs = (load_inputs(args.inputs) if args.inputs
               else model_inputs(model.module))
     outputs = model.run(inputs)
     for name, out in zip(model.output_names, outputs, strict=True):

@@ -6,7 +6,8 @@ at the end, and the end-to-end check compiles whole-model alternatives: a backen
 segfaults, aborts, exits or hangs only there (or a kernel right alone and wrong in the
 chain) used to kill the run with no message. So before the parent compiles anything, a
 probe (`python -m collage_mlir.check.isolated`) outlines the pick, compiles it, runs it on
-two sets of `tensors.make_inputs` inputs and compares every output with the reference
+the user's inputs where given and on two sets of `tensors.make_inputs` inputs, and compares
+every output with the reference
 backend's whole model (when the estimator has a reference), does the same for each
 whole-model alternative, and saves the pick's kernels to a scratch directory, which the
 parent then loads (`PartitionedModel.from_module(saved=...)`; backends that save nothing
@@ -37,8 +38,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.candidate import CandidatePartition
@@ -118,9 +121,11 @@ class _Outcome:
 
 def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
                 costs: Sequence[float], pick: Partitioning, estimator: CostEstimator, *,
-                verify: bool, timeout_s: float, say: Say = _stderr) -> Probed:
+                verify: bool, timeout_s: float, say: Say = _stderr,
+                inputs: Sequence[np.ndarray] | None = None) -> Probed:
     """Probe `pick` (and, when `verify`, its whole-model alternatives) in a child process
-    until one probe passes; see the module docstring. `module` is not changed."""
+    until one probe passes; see the module docstring. `inputs` (the model's, arranged), when
+    given, are checked first, before the made-up ones. `module` is not changed."""
     costs = list(costs)
     graph = pick.graph
     blamed: dict[int, str] = {}
@@ -140,7 +145,7 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
             return Probed(pick, alternatives, costs=costs)
         scratch = tempfile.TemporaryDirectory(prefix="collage-final-")
         outcome = _probe(module, pick, alternatives, reference, specs, scratch.name, timeout_s,
-                         estimator.tolerance)
+                         estimator.tolerance, inputs)
         for note in outcome.notes:
             say(f"collage: final compile: {note}")
         if outcome.ok:
@@ -249,10 +254,15 @@ def _entry_point(name: str) -> bool:
 
 def _job(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partitioning],
          reference: dict[str, Any] | None, specs: dict[str, Any], scratch: str,
-         timeout_s: float, tol: Tolerance) -> dict[str, Any]:
+         timeout_s: float, tol: Tolerance, inputs: Sequence[np.ndarray] | None
+         ) -> dict[str, Any]:
     store = store_of(module)
     text = portable_text(module, store) if store is not None else str(module)
-    return {"text": text, "scratch": scratch, "timeout_s": timeout_s,
+    given = None
+    if inputs is not None:  # arrays travel as a file beside the saved kernels
+        given = str(Path(scratch) / "inputs.npz")
+        np.savez(given, *inputs)
+    return {"text": text, "scratch": scratch, "timeout_s": timeout_s, "inputs": given,
             "reference": reference, **specs,
             "tolerance": {"rtol": tol.rtol, "atol_scale": tol.atol_scale},
             "pick": [[hex(c.candidate.inside), c.candidate.backend, c.cost]
@@ -262,9 +272,10 @@ def _job(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partition
 
 def _probe(module: ir.Module, pick: Partitioning, alternatives: Sequence[Partitioning],
            reference: dict[str, Any] | None, specs: dict[str, Any], scratch: str,
-           timeout_s: float, tol: Tolerance) -> _Outcome:
+           timeout_s: float, tol: Tolerance, inputs: Sequence[np.ndarray] | None = None
+           ) -> _Outcome:
     """Run one probe to its end: passed, failed with a reason, died or went silent."""
-    job = _job(module, pick, alternatives, reference, specs, scratch, timeout_s, tol)
+    job = _job(module, pick, alternatives, reference, specs, scratch, timeout_s, tol, inputs)
     proc = subprocess.Popen([sys.executable, "-m", "collage_mlir.check.isolated"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -101,6 +101,10 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     outline_placed(graph, [(k, SubGraph(graph, int(inside, 16)), backend, cost)
                            for k, (inside, backend, cost) in enumerate(job["pick"])])
     inputs = [make_inputs(public_functions(pristine)[0], variant=v) for v in range(RUNS)]
+    if job.get("inputs"):
+        with np.load(job["inputs"]) as given:
+            inputs.insert(0, [given[f"arr_{k}"] for k in range(len(given.files))])
+    calls = _call_names(len(inputs), bool(job.get("inputs")))
     declared = _declared(pristine)
     nan_inputs = _with_nan(inputs[0])
     reference = _reference(ch, pristine, job["reference"],
@@ -108,15 +112,22 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     model = _compile_pick(ch, module, t)
     nan = (nan_inputs, reference[RUNS]) if reference and nan_inputs is not None else None
     tol = MeasureSettings(**job["tolerance"])
-    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol)
+    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol, calls)
     scratch = Path(job["scratch"])
     saved, trips = _save(ch, model, scratch, t)
     whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t,
-                                   scratch, trips, tol)
+                                   scratch, trips, tol, calls)
              for b in job["alternatives"]}
     ch.send(done={"saved": saved,
                   "whole": {b: stem for b, stem in whole.items() if stem},
                   "dropped": [b for b, stem in whole.items() if stem is None]})
+
+
+def _call_names(n: int, given: bool) -> list[str]:
+    """How a failure names the call it happened on: the user's inputs, when given, are
+    call 1."""
+    return [f"call {v + 1}" + (" (the given inputs)" if given and v == 0 else "")
+            for v in range(n)]
 
 
 def _one_line(e: BaseException) -> str:
@@ -215,13 +226,14 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
                 declared: list[TensorSpec | None], reference: list[Outputs] | None,
                 spec: dict[str, Any] | None, allow: float,
                 nan: tuple[list[np.ndarray], Outputs] | None = None,
-                tol: Tolerance = DEFAULT_TOLERANCE) -> None:
+                tol: Tolerance = DEFAULT_TOLERANCE, calls: Sequence[str] | None = None) -> None:
     """Run the pick on every input set; its outputs must have the declared shapes and
     dtypes and match the reference. A mismatch is blamed on the first region whose own
     outputs differ from the reference's on the same inputs. Then, given `nan` (inputs
     holding NaN and the reference's outputs for them), one more call: finite outputs
     where the reference's are not are said in a note, not blamed (NaN propagation is the
     backends' own; outputs are checked on finite inputs)."""
+    calls = calls or _call_names(len(inputs), False)
     call = [0]
     inner = dict(model.kernels)
     regions = region_functions(model.module)
@@ -235,7 +247,7 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
         ch.stage(allow, model="pick", backend="", regions=[], doing=f"checking call {v + 1}")
         why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
         if why:
-            _blame_region(ch, announced, x, spec, why, v + 1, allow, tol)
+            _blame_region(ch, announced, x, spec, why, calls[v], allow, tol)
     if nan is not None:
         call[0] = len(inputs) + 1
         outputs = announced.run(nan[0])
@@ -260,7 +272,7 @@ def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
 
 
 def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
-                  spec: dict[str, Any] | None, why: str, call: int, allow: float,
+                  spec: dict[str, Any] | None, why: str, call: str, allow: float,
                   tol: Tolerance = DEFAULT_TOLERANCE) -> None:
     """Report the first region whose outputs on this call's inputs are wrong (declared
     types, then the reference region); the whole pick when none is."""
@@ -279,24 +291,25 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
         bad = _mismatch(got, want_types, want, tol)
         if bad:
             ch.current = {"model": "pick", "backend": step.backend, "regions": [step.callee]}
-            raise ch.fail(f"{bad} on call {call}")
+            raise ch.fail(f"{bad} on {call}")
     ch.current = {"model": "pick", "backend": "",
                   "regions": [s.callee for s in model.plan.steps]}
-    raise ch.fail(f"the chain's outputs are wrong on call {call} ({why}) though no single "
+    raise ch.fail(f"the chain's outputs are wrong on {call} ({why}) though no single "
                   "region's are")
 
 
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
                        reference: list[Outputs] | None, allow: float, scratch: Path,
-                       trips: dict[str, bool],
-                       tol: Tolerance = DEFAULT_TOLERANCE) -> str | None:
+                       trips: dict[str, bool], tol: Tolerance = DEFAULT_TOLERANCE,
+                       calls: Sequence[str] | None = None) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
     its kernel under `scratch` when that pays (a slow compile) and its backend's kernels
     round-trip (`trips`, learnt on a one-op model when the pick did not say): the stem
     ("" when not saved); None when it raises (the check would leave it out: not a
     contender, no one to blame)."""
     model = f"alt:{backend}"
+    calls = calls or _call_names(len(inputs), False)
     ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
     try:
         t0 = time.perf_counter()
@@ -307,7 +320,7 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
             outputs = [np.asarray(o) for o in kernel.run(x)]
             why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
             if why:
-                raise ch.fail(f"{why} on call {v + 1}")
+                raise ch.fail(f"{why} on {calls[v]}")
     except Failed:
         raise
     except Exception as e:

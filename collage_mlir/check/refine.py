@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.backends.base import Kernel
@@ -250,13 +251,15 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
            candidates: Sequence[CandidatePartition], costs: Sequence[float],
            transition: TransitionCost | None, budget_s: float, rows: Rows,
            estimator: CostEstimator | None = None,
-           baselines: Sequence[tuple[str, Partitioning]] = ()
+           baselines: Sequence[tuple[str, Partitioning]] = (),
+           inputs: list[np.ndarray] | None = None
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried. With
     `estimator`, island remainders are measured before they are built (module docstring);
     without, they are built unmeasured. `baselines`: the greedy baselines (name,
-    partitioning), tried as neighbours (`baseline_neighbours`)."""
+    partitioning), tried as neighbours (`baseline_neighbours`). Neighbours are timed and
+    checked on `inputs` (the model's, arranged) where given, else on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or budget_s <= 0:
@@ -265,7 +268,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
     pick = _rebased(incumbent.partitioning, graph)
     candidates = [_moved(c, graph) for c in candidates]
-    inputs = model_inputs(pristine)
+    inputs = inputs if inputs is not None else model_inputs(pristine)
     incumbent.run(inputs)  # the first run may allocate; a second that grows memory leaks
     before = resident_bytes()
     reference = incumbent.run(inputs)

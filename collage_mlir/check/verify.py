@@ -150,15 +150,17 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
-               budget_s: float, saved: Mapping[str, str] | None = None
+               budget_s: float, saved: Mapping[str, str] | None = None,
+               inputs: list[np.ndarray] | None = None
                ) -> tuple[Verdict | None, Partitioning | None]:
     """Time `pick` against each alternative run whole on `pristine` (the module as it was
     before outlining; an alternative whose backend is in `saved` loads the kernel a probe
     saved at that stem). Returns the verdict (None when no alternative could even run)
     and, when an alternative won, that alternative rebased onto `pristine`'s own graph,
     ready to be outlined and compiled in place of the pick; the verdict then keeps the
-    pick's regions (`Verdict.lost`) for the report."""
-    inputs = model_inputs(pristine)
+    pick's regions (`Verdict.lost`) for the report. Timed on `inputs` (the model's,
+    arranged) where given, else on made-up ones."""
+    inputs = inputs if inputs is not None else model_inputs(pristine)
     runners: dict[str, Runner] = {PICK: pick.run}
     regions = {PICK: len(pick.plan.steps)}
     by_name: dict[str, Partitioning] = {}

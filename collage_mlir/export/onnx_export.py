@@ -17,10 +17,9 @@ import onnx
 from iree.compiler import ir
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from collage_mlir.dialects import collage
 from collage_mlir.dialects import func as func_dialect
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.dialects.func import ModuleLike, function_name
+from collage_mlir.dialects.func import ModuleLike, function_name, io_names
 from collage_mlir.export.resources import (
     external_tensor,
     module_resources,
@@ -75,12 +74,6 @@ class _Namer:
             name, k = f"{base}_{k}", k + 1
         self.used.add(name)
         return name
-
-
-def _string_list(func_op: ir.Operation, key: str) -> list[str] | None:
-    if key not in func_op.attributes:
-        return None
-    return [ir.StringAttr(a).value for a in ir.ArrayAttr(func_op.attributes[key])]
 
 
 def _meta(func_op: ir.Operation, key: str) -> ir.Attribute | None:
@@ -168,7 +161,10 @@ def export_function(module: ModuleLike, func_name: str | None = None, *,
         onnx.defs.onnx_opset_version()
     block = func_op.regions[0].blocks[0]
     terminator = list(block.operations)[-1].operation
-    in_names, out_names = _io_names(func_op, len(block.arguments), len(terminator.operands))
+    try:
+        in_names, out_names = io_names(func_op)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
     body = _Body(module, opset, [*in_names, *out_names], external)
     body.names.update(zip(block.arguments, in_names, strict=True))
     # A returned op result takes its output name directly (first return of it wins).
@@ -185,15 +181,6 @@ def export_function(module: ModuleLike, func_name: str | None = None, *,
     graph = helper.make_graph(body.nodes, function_name(func_op), inputs, outputs,
                               initializer=body.used_initializers())
     return _make_model(func_op, graph, opset)
-
-
-def _io_names(func_op: ir.Operation, n_in: int, n_out: int) -> tuple[list[str], list[str]]:
-    """The ONNX input and output names the import recorded, else input_k / output_k."""
-    ins = _string_list(func_op, collage.INPUT_NAMES) or [f"input_{k}" for k in range(n_in)]
-    outs = _string_list(func_op, collage.OUTPUT_NAMES) or [f"output_{k}" for k in range(n_out)]
-    if len(ins) != n_in or len(outs) != n_out:
-        raise ExportError("collage.input_names / output_names do not match the signature")
-    return ins, outs
 
 
 class _Body:

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -45,13 +45,12 @@ from collage_mlir.runtime.report import (
     op_names,
     report_data,
 )
-from collage_mlir.static_shapes import format_dims
+from collage_mlir.tensors import Inputs, arrange_inputs
 
 if TYPE_CHECKING:
     from collage_mlir.search.partitioning import Partitioning
 
 FORMAT = "collage_mlir.partitioned/1"
-Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
 def region_module(fn: ir.Operation) -> ir.Module:
@@ -178,30 +177,9 @@ class PartitionedModel:
 
     def arrange(self, inputs: Inputs) -> list[np.ndarray]:
         """`inputs` as the arrays `run` passes on: in order, checked against the shapes
-        and dtypes this model was built for (a lossy cast is refused)."""
-        names = self.plan.input_names
-        if isinstance(inputs, Mapping):
-            missing = [n for n in names if n not in inputs]
-            extra = [n for n in inputs if n not in names]
-            if missing or extra:
-                raise CollageError(f"inputs: missing {missing}, unexpected {extra}; "
-                                   f"the model takes {names}")
-            arrays = [inputs[n] for n in names]
-        else:
-            arrays = list(inputs)
-            if len(arrays) != len(names):
-                raise CollageError(f"inputs: got {len(arrays)} arrays, the model takes "
-                                   f"{len(names)} ({names})")
-        out = []
-        for name, spec, a in zip(names, self.plan.inputs, arrays, strict=True):
-            a = np.asarray(a)
-            if a.shape != spec.shape:
-                raise CollageError(
-                    f"input '{name}' has shape {format_dims(a.shape)}; this model was built "
-                    f"for {format_dims(spec.shape)} (partition again with --input-shape "
-                    f"{name}={'x'.join(map(str, a.shape))} for that shape)")
-            out.append(np.ascontiguousarray(_exact_cast(a, spec.dtype, name)))
-        return out
+        and dtypes this model was built for (`tensors.arrange_inputs`)."""
+        return arrange_inputs(self.plan.input_names, self.plan.inputs, inputs,
+                              "this model was built for")
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run end to end: inputs by name (dict) or in order (list); outputs in order, the
@@ -365,20 +343,6 @@ def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kerne
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise CollageError(f"{d}: region {name} ({backend.name}: {files}) cannot be loaded: "
                            f"{type(e).__name__}: {first}; partition again") from None
-
-
-def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    """`a` as `dtype`, refused where the cast would change a value (float64 → float32 that
-    rounds, int64 out of int32 range, a fraction to an int)."""
-    if a.dtype == dtype:
-        return a
-    cast = a.astype(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        same = np.array_equal(cast.astype(a.dtype), a, equal_nan=a.dtype.kind in "fc")
-    if not same:
-        raise CollageError(f"input '{name}' is {a.dtype}; the model takes {np.dtype(dtype)} and "
-                           f"the cast would change its values (convert it first)")
-    return cast
 
 
 def _sha256(path: Path) -> str:

@@ -18,7 +18,7 @@ from iree.compiler import ir
 
 from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.export.onnx_export import attr_array
 from collage_mlir.export.resources import module_resources
@@ -104,12 +104,15 @@ def build_plan(module: ir.Module) -> Plan:
         steps.append(Step(callee, backend, tuple(slot[v] for v in op.operands),
                           tuple(slot[r] for r in op.results)))
     ret = ops[-1]
-    n_in = len(block.arguments)
+    try:
+        names = io_names(fn)
+    except ValueError as e:
+        raise CollageError(str(e)) from None
     return Plan(
         entry=function_name(fn),
         inputs=_specs(fn),
-        input_names=_names(fn, collage.INPUT_NAMES, "input", n_in),
-        output_names=_names(fn, collage.OUTPUT_NAMES, "output", len(ret.operands)),
+        input_names=names[0],
+        output_names=names[1],
         steps=steps,
         outputs=[slot[v] for v in ret.operands],
         slot_count=len(slot),
@@ -153,7 +156,3 @@ def _used(op: ir.Operation) -> bool:
     return any(list(r.uses) for r in op.results)
 
 
-def _names(fn: ir.Operation, key: str, prefix: str, n: int) -> list[str]:
-    if key in fn.attributes:
-        return [ir.StringAttr(a).value for a in ir.ArrayAttr(fn.attributes[key])]
-    return [f"{prefix}_{k}" for k in range(n)]

@@ -221,6 +221,34 @@ def test_lossy_input_cast_is_refused_exact_one_accepted(work) -> None:  # item 1
     assert cli("run", str(work / "out"), "--inputs", str(work / "x64ok.npy")).returncode == 0
 
 
+@pytest.mark.parametrize(("arrays", "needles"), [
+    ({"z": np.zeros((1, 3, 8, 8), np.float32)}, ("inputs: missing ['x'], unexpected ['z']",)),
+    ({"x": np.zeros((1, 3, 4, 4), np.float32)},
+     ("input 'x' has shape [1,3,4,4]; the model takes [1,3,8,8]", "--input-shape x=1x3x4x4")),
+    ({"x": np.full((1, 3, 8, 8), 0.1)}, ("input 'x' is float64", "would change its values")),
+])
+def test_given_inputs_are_checked_against_the_model_before_anything_is_measured(
+        work, arrays, needles) -> None:
+    np.savez(work / "given.npz", **arrays)
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "empty.sqlite"), "--inputs", str(work / "given.npz"),
+            "-o", str(work / "given_out"))
+    one_line_error(r, *needles)
+    assert not (work / "empty.sqlite").exists()  # the cache was never opened
+
+
+def test_partition_and_run_take_inputs_as_one_npz(work) -> None:
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(work / "x.npz", x=x)
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "--inputs", str(work / "x.npz"), "-o", str(work / "npz"))
+    assert r.returncode == 0, r.stderr
+    r = cli("run", str(work / "npz"), "--inputs", str(work / "x.npz"), "--save-outputs",
+            str(work / "npz_out"))
+    assert r.returncode == 0, r.stderr
+    assert (np.load(work / "npz_out" / "y.npy") >= 0).all()
+
+
 def test_partition_replaces_the_output_directory(work) -> None:  # item 12
     out = work / "replace"
     out.mkdir()

@@ -43,8 +43,10 @@ def expected(x, w):
     return 1 / (1 + np.exp(-np.maximum(x @ w, 0))) + x
 
 
-def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
-    """Partition and run once; the outcome as a dict."""
+def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float, scale: float = 1.0,
+         given: bool = False) -> dict:
+    """Partition and run once; the outcome as a dict. The runs that judge it feed `x`
+    scaled by `scale`; with `given`, the partitioning is given one such input set."""
     import numpy as np
     import onnx.parser
     from fault_backend import NumpyTestBackend, StagedFaultBackend
@@ -81,6 +83,9 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
         placement = Path(cache).with_suffix(".placement.json")
         placement.write_text(json.dumps(PIN))
     estimator_cls = FaultFavouring if favour_fault else Audit
+    rng = np.random.default_rng(7)
+    sets = [[rng.standard_normal((8, 8)).astype(np.float32) * np.float32(f)
+             for f in (scale, 1.0)] for _ in range(3)]
     try:
         with estimator_cls({numpy_spec: {}, fault_spec: {}}, cache_path=cache,
                            reference=numpy_spec, settings=fast, timeout_s=timeout_s,
@@ -91,11 +96,11 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
                                          timeout_s=timeout_s,
                                          # refinement times real neighbours end to end: it
                                          # would undo the favoured pick
-                                         refine_budget_s=0 if favour_fault else REFINE_BUDGET_S)
-        rng = np.random.default_rng(7)
+                                         refine_budget_s=0 if favour_fault else REFINE_BUDGET_S,
+                                         inputs={"x": sets[0][0], "w": sets[0][1]} if given
+                                         else None)
         err = 0.0
-        for _ in range(3):
-            x, w = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+        for x, w in sets:
             (y,) = model.run([x, w])
             if y.shape != (8, 8) or y.dtype != np.float32:
                 return {"outcome": "wrong", "error": f"{y.dtype}{y.shape}"}
@@ -104,7 +109,7 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
         nan_out_finite = int(np.isfinite(model.run([x, w])[0]).sum())
     except CollageError as e:
         return {"outcome": "refused", "error": str(e)}
-    return {"outcome": "ok" if err < 1e-4 else "wrong", "max_err": err,
+    return {"outcome": "ok" if err < 1e-4 * max(1.0, scale) else "wrong", "max_err": err,
             "backends": sorted({s.backend for s in model.plan.steps}),
             "regions": [[r.backend, r.op_types] for r in model.report_rows],
             "left_out": [f"{g.backend}: {g.reason}" for g in model.rejected],
@@ -112,15 +117,17 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float) -> dict:
 
 
 def run_cell(mode: str, when: str, where: str, *, pin: bool = True,
-             favour_fault: bool = False, timeout_s: float = 2.0, limit_s: float = 120.0
+             favour_fault: bool = False, timeout_s: float = 2.0, limit_s: float = 120.0,
+             scale: float = 1.0, given: bool = False, on: str = "Relu"
              ) -> tuple[int, dict | None, str]:
     """One cell in a child process: (exit status, its JSON or None, its stderr)."""
-    env = dict(os.environ, COLLAGE_FAULT_MODE=mode, COLLAGE_FAULT_ON="Relu",
+    env = dict(os.environ, COLLAGE_FAULT_MODE=mode, COLLAGE_FAULT_ON=on,
                COLLAGE_FAULT_WHEN=when, COLLAGE_FAULT_WHERE=where)
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, __file__, str(Path(tmp) / "cache.sqlite"),
                 "--timeout", str(timeout_s)]
-        argv += ["--pin"] * pin + ["--favour-fault"] * favour_fault
+        argv += ["--pin"] * pin + ["--favour-fault"] * favour_fault + ["--given"] * given
+        argv += ["--scale", str(scale)]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env,
                               timeout=limit_s)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -156,11 +163,14 @@ def main() -> None:
     ap.add_argument("--favour-fault", action="store_true")
     ap.add_argument("--timeout", type=float, default=2.0)
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--given", action="store_true")
     args = ap.parse_args()
     if args.table:
         table()
         return
-    print(json.dumps(cell(args.cache, args.pin, args.favour_fault, args.timeout)), flush=True)
+    print(json.dumps(cell(args.cache, args.pin, args.favour_fault, args.timeout, args.scale,
+                          args.given)), flush=True)
 
 
 if __name__ == "__main__":

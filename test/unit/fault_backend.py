@@ -183,8 +183,12 @@ class BatchingTestBackend(NumpyTestBackend):
 STAGED_RUN_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak", "wrong_shape",
                     "wrong", "wrong_dtype", "stale", "nan")
 """What `StagedFaultBackend` can do while running (`wrong`: values off by 0.5; `nan`: the
-first element of every output NaN). Mode `finite` (not a fault on finite inputs: outputs
-with NaN/Inf made finite, as OpenVINO's Relu maps NaN to 0) is there too."""
+first element of every output NaN). Two more modes are there, outside the audit: `finite`
+(not a fault on finite inputs: outputs with NaN/Inf made finite, as OpenVINO's Relu maps
+NaN to 0) and `large` (outputs doubled, but only where an input exceeds LARGE in
+magnitude: right on made-up standard-normal inputs, wrong on data of another scale, as a
+kernel with a narrower range than the data's is)."""
+LARGE = 8.0
 STAGED_COMPILE_MODES = ("segfault", "abort", "exit", "hang", "raise", "leak")
 """What it can do while compiling (a compile returns no values to get wrong)."""
 
@@ -223,6 +227,11 @@ class _StagedKernel(NumpyKernel):
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         _strike(self.mode)
+        if self.mode == "large":
+            outputs = super().run(inputs)
+            if max(float(np.abs(x).max(initial=0.0)) for x in inputs) <= LARGE:
+                return outputs
+            return [o * np.float32(2) for o in outputs]
         if self.mode == "leak":
             self.kept.append(np.ones(256 << 18, np.float32))
         if self.mode == "stale" and self.first is not None:

@@ -60,6 +60,26 @@ def test_a_fault_in_the_final_compile_costs_its_region_and_the_next_best_pick_sh
     assert len(said) == 1 and "fault region g_fault_" in said[0], err
 
 
+def test_given_inputs_catch_a_kernel_that_is_right_only_on_made_up_ones():
+    """The fault backend's Add regions are wrong only where an input exceeds 8 in
+    magnitude: measuring and the probe's made-up inputs (standard normal) cannot see it,
+    so on data of another scale (x a hundred times larger) the pick computes wrong
+    numbers; given one such input set, the probe blames the region on it and the next-best
+    pick computes right."""
+    cell = {"pin": False, "favour_fault": True, "scale": 100.0, "on": "Add"}
+    rc, out, err = run_cell("large", "run", "both", **cell)
+    assert rc == 0 and out is not None, f"the run died (status {rc}): {err[-2000:]}"
+    assert out["outcome"] == "wrong" and out["max_err"] > 1.0, out
+    assert any(b == "fault" and "Add" in types for b, types in out["regions"]), out
+
+    rc, out, err = run_cell("large", "run", "both", given=True, **cell)
+    assert rc == 0 and out is not None, f"the run died (status {rc}): {err[-2000:]}"
+    assert out["outcome"] == "ok", out
+    assert not any(b == "fault" and "Add" in types for b, types in out["regions"]), out
+    blamed = [ln for ln in out["left_out"] if "final compile" in ln]
+    assert blamed and all("on call 1 (the given inputs)" in ln for ln in blamed), out
+
+
 def test_the_parent_loads_the_kernels_the_probe_compiled(tmp_path, monkeypatch):
     """onnxruntime saves its kernels: the parent loads them rather than compiling again
     (here its compile is broken in this process only; the probe runs in its own)."""
@@ -97,7 +117,8 @@ def test_probe_limits_its_attempts(tmp_path, monkeypatch):
     """Every probe failing on a new region: MAX_PROBES attempts, then one line."""
     calls = []
 
-    def failing(module, pick, alternatives, reference, specs, scratch, timeout_s, tol):
+    def failing(module, pick, alternatives, reference, specs, scratch, timeout_s, tol,
+                inputs=None):
         calls.append(pick)
         return isolated._Outcome(False, model="pick", regions=isolated._region_names(pick),
                                  reason="region r: killed by SIGSEGV while running call 1")

@@ -195,6 +195,33 @@ def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
     assert again.trials == model.trials
 
 
+def test_the_check_and_refinement_time_on_the_given_inputs(monkeypatch):
+    """Given the model's inputs, every contender of the end-to-end check and of refinement
+    is timed on them, not on made-up ones."""
+    from test_verify import compile_chain, fake_timings
+
+    from collage_mlir.check import verify
+
+    seen: dict[str, list] = {"check": [], "refine": []}
+
+    def recording(phase, timer):
+        def record(runners, inputs, **kw):
+            seen[phase].append(inputs)
+            return timer(runners, inputs, **kw)
+        return record
+
+    monkeypatch.setattr(verify, "time_side_by_side", recording("check", fake_timings(
+        {verify.PICK: 1e-3, "onnxruntime whole": 2e-3})))
+    monkeypatch.setattr(refine_mod, "time_side_by_side",
+                        recording("refine", timings_by(lambda n: 1e-3)))
+    x = np.full((1, 64), 0.25, np.float32)
+    compile_chain(["onnxruntime"], refine_budget_s=5.0, inputs=[x])
+    assert seen["check"] and seen["refine"]
+    for inputs in seen["check"] + seen["refine"]:
+        (given,) = inputs
+        np.testing.assert_array_equal(given, x)
+
+
 def test_a_whole_model_the_check_kept_is_refined_by_islands(monkeypatch):
     from test_verify import compile_chain, fake_timings
 
