@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit lit bench clean explain-screenshot
+.PHONY: demo test test-slow lint unit lit bench clean explain-screenshot
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ lit: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/lit -sv test/lit
 
 unit: $(STAMP)
-	$(BIN)/pytest -q -x -rs test/unit test/robustness
+	$(BIN)/pytest -q -x -rs -m "not slow" test/unit test/robustness
+
+# The whole-model checks marked slow (minutes of measuring with real backends); CI runs them
+# after `make test`.
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -x -rs -m slow test/unit test/robustness
 
 bench: $(STAMP)
 	$(BIN)/python bench/backends.py
