@@ -208,8 +208,9 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
         missing = [n for n in names if n not in inputs]
         extra = [n for n in inputs if n not in names]
         if missing or extra:
-            raise CollageError(f"inputs: missing {missing}, unexpected {extra}; "
-                               f"the model takes {names}")
+            what = [f"{label} {', '.join(map(repr, found))}"
+                    for label, found in (("missing", missing), ("unexpected", extra)) if found]
+            raise CollageError(f"inputs: {'; '.join(what)}; the model takes {names}")
         arrays = [inputs[n] for n in names]
     else:
         arrays = list(inputs)

@@ -222,7 +222,7 @@ def test_lossy_input_cast_is_refused_exact_one_accepted(work) -> None:  # item 1
 
 
 @pytest.mark.parametrize(("arrays", "needles"), [
-    ({"z": np.zeros((1, 3, 8, 8), np.float32)}, ("inputs: missing ['x'], unexpected ['z']",)),
+    ({"z": np.zeros((1, 3, 8, 8), np.float32)}, ("inputs: missing 'x'; unexpected 'z'",)),
     ({"x": np.zeros((1, 3, 4, 4), np.float32)},
      ("input 'x' has shape [1,3,4,4]; the model takes [1,3,8,8]", "--input-shape x=1x3x4x4")),
     ({"x": np.full((1, 3, 8, 8), 0.1)}, ("input 'x' is float64", "would change its values")),
