@@ -288,9 +288,13 @@ def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> st
     finite = np.isfinite(ref64)
     if not np.array_equal(np.isnan(out64), np.isnan(ref64)):
         return f"output {k} has NaN where the reference has none (or back)"
+    infinite = np.isinf(ref64)
+    off = int((np.isinf(out64) != infinite).sum() + (out64[infinite] != ref64[infinite]).sum())
+    if off:
+        return (f"output {k} has ±Inf where the reference has other values (or back) in "
+                f"{off} elements")
     scale = max(SCALE_FLOOR, float(np.abs(ref64[finite]).max(initial=0.0)))
-    err = np.abs(out64 - ref64)
-    err[~finite] = np.where(out64[~finite] == ref64[~finite], 0.0, np.inf)
+    err = np.where(finite, np.abs(out64 - np.where(finite, ref64, 0.0)), 0.0)
     bound = tol.atol_scale * scale + tol.rtol * np.abs(np.where(finite, ref64, 0.0))
     if ref.dtype in QUANTIZED:
         bound = np.maximum(bound, 1.0)

@@ -81,6 +81,12 @@ CLAIM_POLL_S = 0.5
 
 BackendsArg = Sequence[str] | Mapping[str, Mapping[str, Any]]
 
+NAN_TAKEN_FOR_WRONG = "wrong numbers: max abs err inf"
+"""The reason an older comparison gave outputs with NaN exactly where the reference had
+NaN (a region whose made-up inputs give NaN, as an RMS norm's square root of a mean drawn
+negative): no longer written (`tensors.compare` names a mismatch of infinities otherwise),
+so a cached invalid row with it is measured again."""
+
 
 @dataclass(frozen=True)
 class BackendInfo:
@@ -531,8 +537,10 @@ class MeasuringEstimator(CostEstimator):
         """Whether a cached row stands for this run: not an error, not marked stale, not a
         timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout), and
         not a timing that an earlier run cut short at its `stop_above` where this run needs
-        the precision (`bound`: this run's; none, or one above the row's median)."""
-        if m.status == ERROR or m.stale:
+        the precision (`bound`: this run's; none, or one above the row's median), nor a
+        row an older comparison refused for matching NaNs (`NAN_TAKEN_FOR_WRONG`)."""
+        if m.status == ERROR or m.stale or (m.status == INVALID
+                                            and m.error.startswith(NAN_TAKEN_FOR_WRONG)):
             return False
         if m.status == TIMEOUT:
             return not TIMEOUT_RETRY.due(m.timeout_s, m.attempts, m.created, self.timeout_s)

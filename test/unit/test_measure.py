@@ -272,6 +272,25 @@ def test_compare_is_relative_to_the_outputs_magnitude_and_exact_on_dtype():
     assert compare([zero + 1e-12], [zero], s) is None
 
 
+def test_compare_takes_nan_and_inf_where_the_reference_has_them():
+    """A region whose made-up inputs give NaN (an RMS norm's mean of squares, drawn
+    negative, under a square root) is right where it returns NaN exactly where the
+    reference does: compared as equal, such regions were all invalid on every backend but
+    the reference."""
+    s = MeasureSettings()
+    ref = np.array([1.0, np.nan, np.inf, -np.inf], np.float32)
+    assert compare([ref.copy()], [ref], s) is None
+    assert "NaN" in compare([np.array([1.0, 0.0, np.inf, -np.inf], np.float32)], [ref], s)
+    assert "NaN" in compare([np.array([1.0, np.nan, np.nan, -np.inf], np.float32)], [ref], s)
+    assert "±Inf where the reference has other values (or back) in 1 elements" in compare(
+        [np.array([1.0, np.nan, -np.inf, -np.inf], np.float32)], [ref], s)
+    assert "±Inf" in compare([np.array([1.0, np.nan, np.inf, 5.0], np.float32)], [ref], s)
+    assert "±Inf" in compare([np.array([np.inf, np.nan, np.inf, -np.inf], np.float32)],
+                             [ref], s)
+    assert "max abs err 1" in compare([np.array([2.0, np.nan, np.inf, -np.inf], np.float32)],
+                                      [ref], s)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_quantized_values_may_round_one_step_apart_and_no_more(dtype):
     """Two correct int8 kernels round differently where a value sits between two steps;
@@ -480,6 +499,25 @@ def test_error_rows_cost_inf_and_are_measured_again(tmp_path, graph):
         (cost,) = est.estimate([cand])
         assert 0 < cost < math.inf and est.stats.measured == 1
         assert est.cache.get_many([m.key])[m.key].status == OK
+
+
+def test_rows_the_old_comparison_refused_for_matching_nans_are_measured_again(tmp_path, graph):
+    from collage_mlir.cost.cache import INVALID, Measurement
+    from collage_mlir.cost.measure import NAN_TAKEN_FOR_WRONG
+
+    with estimator(tmp_path, [NUMPY]) as est:
+        cands = single_op(graph, "numpy_test")[:2]
+        old, other = (Measurement(
+            key=est.key(c), region="r", backend="numpy_test", version="1", options="",
+            host="h", signature="Relu", status=INVALID, error=why) for c, why in zip(
+                cands, [f"{NAN_TAKEN_FOR_WRONG} in output 0 (max |ref| 1.75, rtol 0.01)",
+                        "wrong numbers: max abs err 0.5 in output 0"], strict=True))
+        est.cache.put(old)
+        est.cache.put(other)
+        costs = est.estimate(cands)
+        assert 0 < costs[0] < math.inf and costs[1] == math.inf
+        assert est.stats.measured == 1
+        assert est.cache.get_many([old.key])[old.key].status == OK
 
 
 def test_a_backend_failing_every_candidate_leaves_the_model_to_the_others(tmp_path, graph):
