@@ -110,7 +110,7 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     reference = _reference(ch, pristine, job["reference"],
                            inputs if nan_inputs is None else [*inputs, nan_inputs], t)
     model = _compile_pick(ch, module, t)
-    nan = (nan_inputs, reference[RUNS]) if reference and nan_inputs is not None else None
+    nan = (nan_inputs, reference[len(inputs)]) if reference and nan_inputs is not None else None
     tol = MeasureSettings(**job["tolerance"])
     _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol, calls)
     scratch = Path(job["scratch"])

@@ -170,15 +170,17 @@ func.func @f(%arg0: {T}) -> {T} attributes {{torch.onnx_meta.opset_version = 17 
 """
 
 
-@pytest.mark.parametrize("where", ["final", "measure"])
-def test_nan_inputs_are_the_backends_own_and_said_when_the_pick_drops_them(where):
+@pytest.mark.parametrize(("where", "given"), [("final", False), ("measure", False),
+                                            ("final", True)])
+def test_nan_inputs_are_the_backends_own_and_said_when_the_pick_drops_them(where, given):
     """Chosen semantics (issue 15 item 3): outputs are checked on finite inputs; with NaN
     inputs a partitioned model returns what its backends compute. The probe runs the pick
     once more with a NaN in its inputs and says so when it returns finite values where the
     reference's whole model does not. The test double maps NaN to 0 in its Relu regions
     (as OpenVINO does) only `where` said: in the final model, or only while measuring (the
-    final model then propagates NaN, and nothing is said)."""
-    rc, out, err = run_cell("finite", "run", where, pin=False, favour_fault=True)
+    final model then propagates NaN, and nothing is said). The NaN goes into the given
+    inputs where there are some."""
+    rc, out, err = run_cell("finite", "run", where, pin=False, favour_fault=True, given=given)
     assert rc == 0 and out is not None and out["outcome"] == "ok", (out, err[-2000:])
     assert any(b == "fault" and "Relu" in types for b, types in out["regions"]), out
     said = [ln for ln in err.splitlines() if "non-finite inputs" in ln]
