@@ -203,6 +203,19 @@ ZOO: dict[str, ZooModel] = {
                             "log_probs"),
     "fast_neural_style": ZooModel(_fast_neural_style(), {"image": ((1, 3, 224, 224), "image")},
                                   "stylized"),
+    # a state-space language model (mamba2-130m's shape; its chunked scan is einsums over
+    # cumulative sums): only the dynamo exporter writes it (TorchScript's Transpose has a
+    # negative perm onnxruntime refuses)
+    "mamba2": ZooModel(_encoder("Mamba2Model", "Mamba2Config", ("input_ids",),
+                                hidden_size=768, num_hidden_layers=24, state_size=128,
+                                num_heads=24, head_dim=64, expand=2, n_groups=1,
+                                chunk_size=256, vocab_size=50288, use_cache=False),
+                       {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
+    "mamba2_4l": ZooModel(_encoder("Mamba2Model", "Mamba2Config", ("input_ids",),
+                                   hidden_size=768, num_hidden_layers=4, state_size=128,
+                                   num_heads=24, head_dim=64, expand=2, n_groups=1,
+                                   chunk_size=256, vocab_size=50288, use_cache=False),
+                          {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
     # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,

@@ -13,6 +13,8 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   region's own backend on those nodes, carved out of it — the rest of the region split in
   two, upstream of the island and the remainder. This is how a whole model the check kept
   gets its per-op winners back one at a time.
+- **islands**: every single op of one type that another backend runs cheaper, carved out
+  at once the same way (a model repeating an op its backend runs slowly).
 - **split**: a region re-cut on its own backend, as the search covers its nodes with that
   backend's measured candidates alone, then merged after the search (`search.merge`) as a
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
@@ -86,6 +88,10 @@ MAX_BASELINES = 1
 BASELINE = "baseline"
 MAX_ISLANDS = 4
 """Island neighbours at most (each compiles most of the model again on its backend)."""
+MAX_ARCHIPELAGOS = 1
+"""Neighbours carving every island of one op type at once, at most."""
+MAX_CARVED = 64
+"""Islands one such neighbour carves at most (each remainder part is measured first)."""
 MAX_SPLITS = 2
 """Split neighbours at most, for the regions with the most ops (each is a search)."""
 MAX_SPLIT_MERGES = 16
@@ -155,6 +161,7 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
                         joined))
             break
     out += _islands(pick, by_nodes, transition)
+    out += _archipelagos(pick, by_nodes, transition)
     out += _splits(pick, candidates, costs, transition)
     return sorted(out, key=_order)
 
@@ -207,16 +214,60 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
     out = []
     for _, k, island, cost, own in sorted(found, key=lambda t: (-t[0], t[1], t[2].sort_key())
                                           )[:MAX_ISLANDS]:
-        ch = pick.choices[k]
-        rest = ch.candidate.inside & ~island.inside
-        up = sum(1 << i for i in iter_bits(rest) if graph.downstream[i] & island.inside)
-        parts = [p for p in (up, rest & ~up) if p]
-        share = max(ch.cost - own, 0.0) / max(rest.bit_count(), 1)  # R's cost spread
-        new = [Choice(island, cost)] + [
-            Choice(CandidatePartition(SubGraph(graph, p), ch.candidate.backend, ISLAND_RULE),
-                   share * p.bit_count()) for p in parts]
         out.append((f"island {island.backend}: {_ops(graph, island)} in "
-                    f"{_label(graph, k, ch.candidate)}", _replaced(pick, {k}, new, transition)))
+                    f"{_label(graph, k, pick.choices[k].candidate)}",
+                    _carved(pick, k, island, cost, own, transition)))
+    return out
+
+
+def _carved(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
+            transition: TransitionCost | None) -> Partitioning:
+    """`pick` with `island` (costing `cost`; `own` on region k's backend) carved out of
+    region k: the part of the region upstream of the island, the island, the rest. Both
+    parts are convex, and the cover stays acyclic: a region is convex, so no path leaves
+    it and comes back, and nothing downstream of the island reaches back upstream."""
+    graph, ch = pick.graph, pick.choices[k]
+    rest = ch.candidate.inside & ~island.inside
+    up = sum(1 << i for i in iter_bits(rest) if graph.downstream[i] & island.inside)
+    parts = [p for p in (up, rest & ~up) if p]
+    share = max(ch.cost - own, 0.0) / max(rest.bit_count(), 1)  # R's cost spread
+    new = [Choice(island, cost)] + [
+        Choice(CandidatePartition(SubGraph(graph, p), ch.candidate.backend, ISLAND_RULE),
+               share * p.bit_count()) for p in parts]
+    return _replaced(pick, {k}, new, transition)
+
+
+def _archipelagos(pick: Partitioning,
+                  by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
+                  transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
+    """Every single op of one type that another backend runs cheaper than its region's
+    backend, carved out at once (one neighbour per op type and backend pair, the
+    MAX_ARCHIPELAGOS gaining most, each at most MAX_CARVED islands): a model repeating an
+    op its backend runs slowly gains little per island, too little to show beyond the
+    noise one at a time (Mamba2's CumSums on OpenVINO: 72 of them)."""
+    graph = pick.graph
+    groups: dict[tuple[str, str, str], list[tuple[float, CandidatePartition, float, float]]] = {}
+    for ch in pick.choices:
+        backend = ch.candidate.backend
+        for i in iter_bits(ch.candidate.inside):
+            rivals = by_nodes.get(1 << i, [])
+            own = min((cost for cost, c in rivals if c.backend == backend), default=None)
+            best = min(((cost, c) for cost, c in rivals if c.backend != backend),
+                       key=lambda t: (t[0], t[1].backend), default=None)
+            if own is not None and best is not None and best[0] < own:
+                key = (graph.nodes[i].op_type, best[1].backend, backend)
+                groups.setdefault(key, []).append((own - best[0], best[1], best[0], own))
+    ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
+                     if len(found) > 1), key=lambda t: (-t[0], t[1]))
+    out = []
+    for _, (op_type, rival, backend), found in ranked[:MAX_ARCHIPELAGOS]:
+        carved = sorted(found, key=lambda t: (-t[0], t[1].sort_key()))[:MAX_CARVED]
+        nb = pick
+        for _, island, cost, own in carved:
+            k = next(j for j, ch in enumerate(nb.choices)
+                     if not island.inside & ~ch.candidate.inside)
+            nb = _carved(nb, k, island, cost, own, transition)
+        out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
     return out
 
 

@@ -235,10 +235,10 @@ def test_a_whole_model_the_check_kept_is_refined_by_islands(monkeypatch):
     assert all(t.what.startswith("split") for t in model.refinement.trials)
 
 
-def whole_pick():
-    """Neg, Relu, Neg run whole on numpy_test; single ops measured on both backends, fault
-    cheaper on each. Returns (pristine, incumbent, candidates, costs)."""
-    module = relu_chain(3)
+def whole_pick(n: int = 3):
+    """Neg, Relu, Neg, ... (n ops) run whole on numpy_test; single ops measured on both
+    backends, fault cheaper on each. Returns (pristine, incumbent, candidates, costs)."""
+    module = relu_chain(n)
     pristine = clone_module(module)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     ops = [node.index for node in graph.op_nodes()]
@@ -255,10 +255,11 @@ def whole_pick():
 def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monkeypatch):
     pristine, incumbent, cands, costs = whole_pick()
     whats = [w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)]
-    assert sorted(whats) == sorted(f"island {FAULT}: {op} in region 0 ({NUMPY}: Neg+Relu+Neg)"
-                                   for op in ("Neg", "Relu", "Neg"))
+    assert sorted(whats) == sorted([f"island {FAULT}: {op} in region 0 ({NUMPY}: Neg+Relu+Neg)"
+                                    for op in ("Neg", "Relu", "Neg")]
+                                   + [f"islands {FAULT}: 2 x Neg out of {NUMPY}"])
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
-        lambda n: 1e-3 if n.startswith("island") else 2e-3))
+        lambda n: 1e-3 if n.startswith("island ") else 2e-3))
     better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
                                        driver.report_rows)
     relu = [t for t in record.trials if "Relu" in t.what]
@@ -266,6 +267,30 @@ def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monk
     assert better is not None  # a Neg island (right on fault), injected as faster
     assert sorted(s.backend for s in better.plan.steps) in ([FAULT, NUMPY],
                                                            [FAULT, NUMPY, NUMPY])
+    x = model_inputs(pristine)
+    np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
+
+
+def test_every_island_of_one_op_type_is_carved_at_once(doubles, monkeypatch):
+    """Neg, Relu, Neg, Relu, Neg whole on numpy_test, fault cheaper on every single op: one
+    neighbour takes all three Negs to fault at once (five regions, alternating, in execution
+    order), computes what the incumbent computes, and wins when timed faster."""
+    pristine, incumbent, cands, costs = whole_pick(5)
+    found = dict(refine_mod.neighbours(live(pristine, incumbent), cands, costs, None))
+    nb = found[f"islands {FAULT}: 3 x Neg out of {NUMPY}"]
+    graph = nb.graph
+    assert [(ch.candidate.backend, [graph.nodes[i].op_type for i in ch.candidate.sub_graph.nodes])
+            for ch in nb.choices] == [(FAULT, ["Neg"]), (NUMPY, ["Relu"])] * 2 + [(FAULT, ["Neg"])]
+    total, _ = evaluate(graph, [ch.candidate for ch in nb.choices],
+                        [ch.cost for ch in nb.choices], None)
+    assert nb.total_cost == pytest.approx(total) and nb.total_cost < incumbent.estimated_cost
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n.startswith("islands") else 2e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows)
+    kept = [t.what for t in record.trials if t.kept]
+    assert kept == [f"islands {FAULT}: 3 x Neg out of {NUMPY}"]
+    assert [s.backend for s in better.plan.steps] == [FAULT, NUMPY, FAULT, NUMPY, FAULT]
     x = model_inputs(pristine)
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
 
