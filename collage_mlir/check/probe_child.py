@@ -112,11 +112,12 @@ def _probe(ch: Channel, job: dict[str, Any]) -> None:
     model = _compile_pick(ch, module, t)
     nan = (nan_inputs, reference[len(inputs)]) if reference and nan_inputs is not None else None
     tol = MeasureSettings(**job["tolerance"])
-    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol, calls)
+    _check_pick(ch, model, inputs, declared, reference, job["reference"], t, nan, tol,
+                calls=calls)
     scratch = Path(job["scratch"])
     saved, trips = _save(ch, model, scratch, t)
     whole = {b: _check_alternative(ch, pristine, b, inputs, declared, reference, t,
-                                   scratch, trips, tol, calls)
+                                   scratch, trips, tol, calls=calls)
              for b in job["alternatives"]}
     ch.send(done={"saved": saved,
                   "whole": {b: stem for b, stem in whole.items() if stem},
@@ -226,14 +227,13 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
                 declared: list[TensorSpec | None], reference: list[Outputs] | None,
                 spec: dict[str, Any] | None, allow: float,
                 nan: tuple[list[np.ndarray], Outputs] | None = None,
-                tol: Tolerance = DEFAULT_TOLERANCE, calls: Sequence[str] | None = None) -> None:
+                tol: Tolerance = DEFAULT_TOLERANCE, *, calls: Sequence[str]) -> None:
     """Run the pick on every input set; its outputs must have the declared shapes and
     dtypes and match the reference. A mismatch is blamed on the first region whose own
     outputs differ from the reference's on the same inputs. Then, given `nan` (inputs
     holding NaN and the reference's outputs for them), one more call: finite outputs
     where the reference's are not are said in a note, not blamed (NaN propagation is the
     backends' own; outputs are checked on finite inputs)."""
-    calls = calls or _call_names(len(inputs), False)
     call = [0]
     inner = dict(model.kernels)
     regions = region_functions(model.module)
@@ -301,15 +301,14 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
 def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
                        inputs: Sequence[list[np.ndarray]], declared: list[TensorSpec | None],
                        reference: list[Outputs] | None, allow: float, scratch: Path,
-                       trips: dict[str, bool], tol: Tolerance = DEFAULT_TOLERANCE,
-                       calls: Sequence[str] | None = None) -> str | None:
+                       trips: dict[str, bool], tol: Tolerance = DEFAULT_TOLERANCE, *,
+                       calls: Sequence[str]) -> str | None:
     """Compile and run one whole-model alternative as the end-to-end check will, and save
     its kernel under `scratch` when that pays (a slow compile) and its backend's kernels
     round-trip (`trips`, learnt on a one-op model when the pick did not say): the stem
     ("" when not saved); None when it raises (the check would leave it out: not a
     contender, no one to blame)."""
     model = f"alt:{backend}"
-    calls = calls or _call_names(len(inputs), False)
     ch.stage(allow * 2, model=model, backend=backend, doing="compiling")
     try:
         t0 = time.perf_counter()
