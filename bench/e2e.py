@@ -53,7 +53,6 @@ from collage_mlir.backends.registry import available_backends
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side, whole_model_runner
 from collage_mlir.driver import (
-    REFINE_BUDGET_S,
     annotate,
     build,
     entry_graph,
@@ -298,7 +297,7 @@ def main() -> None:
     p.add_argument("--greedy-margin", type=float, default=1.5,
                    help="time a built baseline only when its estimate is within this factor "
                         "of the best baseline's")
-    p.add_argument("--refine-budget", type=float, default=REFINE_BUDGET_S, metavar="S",
+    p.add_argument("--refine-budget", type=float, default=None, metavar="S",
                    help="seconds refinement may spend on the mix (default: the API's)")
     p.add_argument("--ceiling", action="store_true",
                    help="also bound what any onnxruntime/OpenVINO split could gain, from "

@@ -15,7 +15,6 @@ from collage_mlir.driver import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_EXITS,
     DEFAULT_TIMEOUT_S,
-    REFINE_BUDGET_S,
     ModelInput,
     PartitionOptions,
     partition,
@@ -34,7 +33,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
             kernel_budget_s: float | None = None, measure_budget_s: float | None = None,
             prune: bool = True, merge: bool = True,
-            refine_budget_s: float = REFINE_BUDGET_S,
+            refine_budget_s: float | None = None,
             executor: str | RemoteExecutor | None = None,
             tolerance: tuple[float, float] | None = None,
             inputs: Inputs | None = None) -> PartitionedModel:
@@ -55,7 +54,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     (default: no limit); `prune` skips larger candidates that cannot win given what was
     measured before them (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
     where the union measures no slower (`collage_mlir.search.merge`). `refine_budget_s`:
-    seconds for timing the pick's neighbours end to end after the check (0: off;
+    seconds for timing the pick's neighbours end to end after the check (None: 5 s or 60
+    runs of the pick, whichever is longer; 0: off;
     `collage_mlir.check.refine`). `executor`: where candidates are measured: None or "local" on this
     machine, "ray" on this machine's Ray cluster (or a local one started for the run),
     "ray://HOST:PORT" through Ray Client, or a `cost.remote.RemoteExecutor` (kept open).

@@ -26,7 +26,6 @@ from collage_mlir.backends.registry import available_backends, registered_backen
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.isolated import Probed, probe_final
 from collage_mlir.check.quantized import quantization_error
-from collage_mlir.check.refine import DEFAULT_BUDGET_S as REFINE_BUDGET_S
 from collage_mlir.check.refine import refine
 from collage_mlir.check.verify import check_pick, drifted
 from collage_mlir.cost.base import CostEstimator
@@ -98,8 +97,9 @@ class PartitionOptions:
     """Skip multi-op candidates that cannot win given the single ops (`search.prune`)."""
     merge: bool = True
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
-    refine_budget_s: float = REFINE_BUDGET_S
-    """Seconds for timing the pick's neighbours end to end (0: off; only when verifying)."""
+    refine_budget_s: float | None = None
+    """Seconds for timing the pick's neighbours end to end (None: `refine.default_budget`,
+    5 s or 60 runs of the pick, whichever is longer; 0: off; only when verifying)."""
     executor: str | RemoteExecutor | None = None
     """Where candidates are measured (`cost.executor`: None or "local" here, "ray",
     "ray://HOST:PORT", or a `RemoteExecutor`)."""
@@ -511,7 +511,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     """Compile the probed pick, check it end to end, refine what the check kept (on the
     `given` inputs, arranged, where there are some)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
-    refining = verify and options.refine_budget_s > 0
+    refining = verify and options.refine_budget_s != 0
     pristine = clone_module(module) if alternatives or refining else None
     refine_base = pristine  # the module refinement builds its neighbours from
     with _timed(timings, "compile"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S, REFINE_BUDGET_S
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
 from collage_mlir.tools.args import (
     add_backends_argument,
     add_cache_argument,
@@ -53,9 +53,11 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-merge", dest="merge", action="store_false",
                    help="keep the search's regions as they are (no joining of adjacent "
                         "regions on one backend after the search)")
-    p.add_argument("--refine-budget", type=non_negative_float, default=REFINE_BUDGET_S,
+    p.add_argument("--refine-budget", type=non_negative_float, default=None,
                    metavar="S", help="seconds for timing the pick's neighbours end to end "
-                                     "(flips to a runner-up, joined regions); 0 turns it off")
+                                     "(flips to a runner-up, joined regions, islands, "
+                                     "splits); 0 turns it off (default: 5 s or 60 runs of "
+                                     "the pick, whichever is longer)")
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")

@@ -77,6 +77,11 @@ from collage_mlir.search.search import search
 from collage_mlir.tensors import Tolerance, compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
+DEFAULT_BUDGET_RUNS = 60
+"""With no budget given, refinement may take DEFAULT_BUDGET_S or this many runs of the
+incumbent, whichever is longer: timing one neighbour side by side with the incumbent's
+three builds takes ~30 runs (5 rounds and a second timing), so a fixed few seconds times
+nothing on a model whose one run takes a second."""
 MAX_NEIGHBOURS = 6
 CONTROL_REGIONS = 8
 """The incumbent is built a second time (the control) only up to this many regions, and
@@ -116,6 +121,9 @@ class Refinement:
     noise: float | None = None
     trials: list[Trial] = field(default_factory=list)
     seconds: float = 0.0
+    budget_s: float | None = None
+    run_s: float | None = None
+    """One run of the incumbent (its second, untimed by the side-by-side timing)."""
 
     @property
     def gain(self) -> float:
@@ -128,9 +136,10 @@ class Refinement:
         if not self.trials:
             return []
         kept = any(t.kept for t in self.trials)
-        noise = f"noise ±{self.noise:.1%}" if self.noise is not None else ""
+        noise = f"noise ±{self.noise:.1%}; " if self.noise is not None else ""
+        budget = f" of a {self.budget_s:.1f} s budget" if self.budget_s is not None else ""
         first = Trial(PHASE, "incumbent (the checked pick)", estimate_s, self.incumbent_s,
-                      not kept, f"{noise}; {self.seconds:.1f} s".strip("; "))
+                      not kept, f"{noise}{self.seconds:.1f} s{budget}")
         return [first, *self.trials]
 
 
@@ -298,9 +307,15 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
     return out
 
 
+def default_budget(run_s: float) -> float:
+    """Refinement's budget when none is given, for an incumbent whose one run takes `run_s`
+    (DEFAULT_BUDGET_RUNS)."""
+    return max(DEFAULT_BUDGET_S, DEFAULT_BUDGET_RUNS * run_s)
+
+
 def refine(incumbent: PartitionedModel, pristine: ir.Module,
            candidates: Sequence[CandidatePartition], costs: Sequence[float],
-           transition: TransitionCost | None, budget_s: float, rows: Rows,
+           transition: TransitionCost | None, budget_s: float | None, rows: Rows,
            estimator: CostEstimator | None = None,
            baselines: Sequence[tuple[str, Partitioning]] = (),
            inputs: list[np.ndarray] | None = None
@@ -313,7 +328,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     checked on `inputs` (the model's, arranged) where given, else on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
-    if incumbent.partitioning is None or budget_s <= 0:
+    if incumbent.partitioning is None or (budget_s is not None and budget_s <= 0):
         return None, record
     # the incumbent's graph was outlined away: price the neighbours on the pristine one
     graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
@@ -322,20 +337,27 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     inputs = inputs if inputs is not None else model_inputs(pristine)
     incumbent.run(inputs)  # the first run may allocate; a second that grows memory leaks
     before = resident_bytes()
+    ran = time.perf_counter()
     reference = incumbent.run(inputs)
+    record.run_s = time.perf_counter() - ran
     grown = resident_bytes() - before
     if before and grown > LEAK_BYTES:  # timing it dozens of times more could exhaust memory
         record.trials.append(Trial(PHASE, "refinement", None, None, False,
                                    f"not refined: one run grew this process by "
                                    f"{grown >> 20} MiB (a kernel that leaks?)"))
         return None, record
+    budget_s = default_budget(record.run_s) if budget_s is None else budget_s
+    record.budget_s = budget_s
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     tried = sorted(neighbours(pick, candidates, costs, transition)
                    + baseline_neighbours(pick, baselines), key=_order)
     for what, nb in tried[:MAX_NEIGHBOURS]:
         if time.perf_counter() - start > budget_s / 2:
-            break
+            record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
+                                       f"not tried: half the {budget_s:.1f} s budget was "
+                                       f"spent (one run of the pick: {record.run_s:.2f} s)"))
+            continue
         if estimator is not None:
             nb, why = _measured_rests(nb, estimator, transition)
             if why:

@@ -55,7 +55,6 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float, scale: flo
     from collage_mlir.backends.registry import register_backend
     from collage_mlir.cost.measure import MeasuringEstimator
     from collage_mlir.cost.protocol import MeasureSettings
-    from collage_mlir.driver import REFINE_BUDGET_S
     from collage_mlir.errors import CollageError
 
     class Audit(MeasuringEstimator):
@@ -96,7 +95,7 @@ def cell(cache: str, pin: bool, favour_fault: bool, timeout_s: float, scale: flo
                                          timeout_s=timeout_s,
                                          # refinement times real neighbours end to end: it
                                          # would undo the favoured pick
-                                         refine_budget_s=0 if favour_fault else REFINE_BUDGET_S,
+                                         refine_budget_s=0 if favour_fault else None,
                                          inputs={"x": sets[0][0], "w": sets[0][1]} if given
                                          else None)
         err = 0.0

@@ -25,7 +25,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import clone_module
-from collage_mlir.runtime.report import SCHEMA_PATH
+from collage_mlir.runtime.report import SCHEMA_PATH, format_trials
 from collage_mlir.search.partitioning import Choice, Partitioning, evaluate
 from collage_mlir.search.search import search
 from collage_mlir.tensors import model_inputs
@@ -165,6 +165,55 @@ def test_a_neighbour_with_wrong_numbers_is_never_timed(doubles, monkeypatch):
 def test_no_budget_no_refinement(doubles, monkeypatch):
     _, better, record, _ = run_refine(doubles, lambda n: 1e-3, monkeypatch, budget_s=0)
     assert better is None and record.trials == []
+
+
+class SlowClock:
+    """refine's clock, advanced only by the incumbent's runs (`run_s` each)."""
+
+    def __init__(self, incumbent, run_s: float):
+        self.now = 0.0
+        run = incumbent.run
+
+        def slow_run(inputs):
+            self.now += run_s
+            return run(inputs)
+        incumbent.run = slow_run
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_with_no_budget_given_refinement_may_take_sixty_runs_of_the_pick(doubles,
+                                                                          monkeypatch):
+    """A model whose one run takes 2 s gets 120 s (a fixed 5 s would time nothing), and
+    every neighbour is tried."""
+    pristine, incumbent, cands, costs = chain_pick()
+    monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 2.0))
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, None,
+                                  driver.report_rows)
+    assert record.run_s == pytest.approx(2.0)
+    assert record.budget_s == pytest.approx(refine_mod.DEFAULT_BUDGET_RUNS * 2.0)
+    assert record.trials and not any(t.why.startswith("not tried") for t in record.trials)
+    assert any(t.measured_s is not None for t in record.trials)
+    assert f"of a {record.budget_s:.1f} s budget" in record.report(None)[0].why
+    assert refine_mod.default_budget(1e-3) == refine_mod.DEFAULT_BUDGET_S
+
+
+def test_neighbours_left_when_the_budget_is_spent_are_reported_untried(doubles, monkeypatch):
+    """At a fixed 5 s, the incumbent's two 2 s runs spend the half kept for compiling: the
+    report lists every neighbour as not tried, and why, rather than nothing."""
+    pristine, incumbent, cands, costs = chain_pick()
+    monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 2.0))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows)
+    found = refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)
+    assert better is None
+    assert [t.what for t in record.trials] == [w for w, _ in found][:refine_mod.MAX_NEIGHBOURS]
+    assert all(t.measured_s is None and not t.kept and t.why.startswith(
+        "not tried: half the 5.0 s budget was spent (one run of the pick: 2.00 s)")
+        for t in record.trials)
+    assert "not tried" in format_trials(record.report(None))
 
 
 def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
