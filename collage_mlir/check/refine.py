@@ -62,6 +62,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
+from collage_mlir.placement import node_name
 from collage_mlir.runtime.model import PartitionedModel, clone_module
 from collage_mlir.runtime.report import ReportRow, Trial
 from collage_mlir.search.merge import coalesce
@@ -124,6 +125,8 @@ class Refinement:
     budget_s: float | None = None
     run_s: float | None = None
     """One run of the incumbent (its second, untimed by the side-by-side timing)."""
+    building_s: float = 0.0
+    """Of `seconds`, measuring island remainders, compiling and checking neighbours."""
 
     @property
     def gain(self) -> float:
@@ -139,7 +142,8 @@ class Refinement:
         noise = f"noise ±{self.noise:.1%}; " if self.noise is not None else ""
         budget = f" of a {self.budget_s:.1f} s budget" if self.budget_s is not None else ""
         first = Trial(PHASE, "incumbent (the checked pick)", estimate_s, self.incumbent_s,
-                      not kept, f"{noise}{self.seconds:.1f} s{budget}")
+                      not kept, f"{noise}{self.seconds:.1f} s{budget} (building "
+                                f"{self.building_s:.1f} s)")
         return [first, *self.trials]
 
 
@@ -172,7 +176,18 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
     out += _islands(pick, by_nodes, transition)
     out += _archipelagos(pick, by_nodes, transition)
     out += _splits(pick, candidates, costs, transition)
-    return sorted(out, key=_order)
+    return _unique(sorted(out, key=_order))
+
+
+def _unique(labelled: list[tuple[str, Partitioning]]) -> list[tuple[str, Partitioning]]:
+    """The neighbours with a repeated label numbered (#2, #3, ...): refinement keys what it
+    built by label, and a report naming two neighbours alike says nothing."""
+    seen: dict[str, int] = {}
+    out = []
+    for what, p in labelled:
+        seen[what] = seen.get(what, 0) + 1
+        out.append((what if seen[what] == 1 else f"{what} #{seen[what]}", p))
+    return out
 
 
 def _order(t: tuple[str, Partitioning]) -> tuple[int, float, str]:
@@ -223,7 +238,9 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
     out = []
     for _, k, island, cost, own in sorted(found, key=lambda t: (-t[0], t[1], t[2].sort_key())
                                           )[:MAX_ISLANDS]:
-        out.append((f"island {island.backend}: {_ops(graph, island)} in "
+        where = node_name(graph.nodes[island.sub_graph.nodes[0]])
+        out.append((f"island {island.backend}: {_ops(graph, island)}"
+                    + (f" at {where}" if where else "") + " in "
                     f"{_label(graph, k, pick.choices[k].candidate)}",
                     _carved(pick, k, island, cost, own, transition)))
     return out
@@ -350,17 +367,19 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     record.budget_s = budget_s
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
-    tried = sorted(neighbours(pick, candidates, costs, transition)
-                   + baseline_neighbours(pick, baselines), key=_order)
+    tried = _unique(sorted(neighbours(pick, candidates, costs, transition)
+                           + baseline_neighbours(pick, baselines), key=_order))
     for what, nb in tried[:MAX_NEIGHBOURS]:
         if time.perf_counter() - start > budget_s / 2:
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
                                        f"not tried: half the {budget_s:.1f} s budget was "
                                        f"spent (one run of the pick: {record.run_s:.2f} s)"))
             continue
+        building = time.perf_counter()
         if estimator is not None:
             nb, why = _measured_rests(nb, estimator, transition)
             if why:
+                record.building_s += time.perf_counter() - building
                 record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, why))
                 continue
         if what.startswith(SPLIT):
@@ -372,15 +391,18 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             wrong = compare(model.run(inputs), reference, tol)
         except Exception as e:  # a neighbour that fails is not kept; the run goes on
             wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
+        record.building_s += time.perf_counter() - building
         if wrong:
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, wrong))
             continue
         built[what] = (model, nb)
     if built:
         runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
+        building = time.perf_counter()
         control = (_rebuilt(pristine, pick, rows, inputs, reference, tol)
                    if len(pick.choices) <= CONTROL_REGIONS
                    and time.perf_counter() - start <= budget_s / 2 else None)
+        record.building_s += time.perf_counter() - building
         if control is not None:
             runners[REBUILT] = control.run
         runners.update({what: m.run for what, (m, _) in built.items()})

@@ -188,15 +188,25 @@ def test_with_no_budget_given_refinement_may_take_sixty_runs_of_the_pick(doubles
     """A model whose one run takes 2 s gets 120 s (a fixed 5 s would time nothing), and
     every neighbour is tried."""
     pristine, incumbent, cands, costs = chain_pick()
-    monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 2.0))
+    clock = SlowClock(incumbent, 2.0)
+    monkeypatch.setattr(refine_mod, "time", clock)
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    builds, build = [], refine_mod._build
+
+    def slow_build(*args):  # each neighbour (and the control) takes 3 s to compile
+        clock.now += 3.0
+        builds.append(args)
+        return build(*args)
+    monkeypatch.setattr(refine_mod, "_build", slow_build)
     _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, None,
                                   driver.report_rows)
     assert record.run_s == pytest.approx(2.0)
     assert record.budget_s == pytest.approx(refine_mod.DEFAULT_BUDGET_RUNS * 2.0)
     assert record.trials and not any(t.why.startswith("not tried") for t in record.trials)
     assert any(t.measured_s is not None for t in record.trials)
-    assert f"of a {record.budget_s:.1f} s budget" in record.report(None)[0].why
+    assert record.building_s == pytest.approx(3.0 * len(builds)) and builds
+    assert (f"of a {record.budget_s:.1f} s budget (building {record.building_s:.1f} s)"
+            in record.report(None)[0].why)
     assert refine_mod.default_budget(1e-3) == refine_mod.DEFAULT_BUDGET_S
 
 
@@ -304,15 +314,18 @@ def whole_pick(n: int = 3):
 def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monkeypatch):
     pristine, incumbent, cands, costs = whole_pick()
     whats = [w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)]
-    assert sorted(whats) == sorted([f"island {FAULT}: {op} in region 0 ({NUMPY}: Neg+Relu+Neg)"
-                                    for op in ("Neg", "Relu", "Neg")]
-                                   + [f"islands {FAULT}: 2 x Neg out of {NUMPY}"])
+    island = f"island {FAULT}: {{}} in region 0 ({NUMPY}: Neg+Relu+Neg)"
+    assert sorted(whats) == sorted([island.format(op) for op in ("Neg", "Relu")]
+                                   + [island.format("Neg") + " #2",  # two Negs, two neighbours
+                                      f"islands {FAULT}: 2 x Neg out of {NUMPY}"])
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
         lambda n: 1e-3 if n.startswith("island ") else 2e-3))
     better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
                                        driver.report_rows)
     relu = [t for t in record.trials if "Relu" in t.what]
     assert relu and relu[0].measured_s is None and "wrong numbers" in relu[0].why
+    assert len([t for t in record.trials if t.what.startswith(island.format("Neg"))
+                and t.measured_s is not None]) == 2  # both built and timed
     assert better is not None  # a Neg island (right on fault), injected as faster
     assert sorted(s.backend for s in better.plan.steps) in ([FAULT, NUMPY],
                                                            [FAULT, NUMPY, NUMPY])
