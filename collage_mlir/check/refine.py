@@ -38,8 +38,9 @@ incumbent — which is timed twice, and once more as a second build of its own r
 regions, while half the budget is left), so the run measures its own noise, builds
 included. A neighbour replaces the incumbent only when it is faster than the
 faster incumbent build by more than that noise (and by at least NOISE_FLOOR), and again in a
-second timing of the two alone. Compiling stops when half the budget is
-spent; a winner's neighbours are not tried (one step: the budget is seconds).
+second timing of the two alone. Compiling stops when half the budget is spent, or when
+what is left of it would not time one more neighbour (`timing_s`); with no budget given it
+is `default_budget`. A winner's neighbours are not tried (one step: the budget is seconds).
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Kernel
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.check.compare import NOISE_FLOOR, time_side_by_side, wins_again
+from collage_mlir.check.compare import (
+    CONFIRM_ROUNDS,
+    NOISE_FLOOR,
+    time_side_by_side,
+    wins_again,
+)
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
@@ -78,11 +84,12 @@ from collage_mlir.search.search import search
 from collage_mlir.tensors import Tolerance, compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
-DEFAULT_BUDGET_RUNS = 60
+DEFAULT_BUDGET_RUNS = 150
 """With no budget given, refinement may take DEFAULT_BUDGET_S or this many runs of the
-incumbent, whichever is longer: timing one neighbour side by side with the incumbent's
-three builds takes ~30 runs (5 rounds and a second timing), so a fixed few seconds times
-nothing on a model whose one run takes a second."""
+incumbent, whichever is longer: timing one neighbour takes ~75 runs (`timing_s`), so a
+fixed few seconds times nothing on a model whose one run takes a second."""
+MIN_ROUNDS = 5
+"""Rounds of the side-by-side timing, at least."""
 MAX_NEIGHBOURS = 6
 CONTROL_REGIONS = 8
 """The incumbent is built a second time (the control) only up to this many regions, and
@@ -324,6 +331,15 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
     return out
 
 
+def timing_s(neighbours: int, run_s: float, control: bool) -> float:
+    """Seconds that timing `neighbours` side by side with the incumbent (twice, and its
+    `control` build) takes at MIN_ROUNDS, with the confirming timing of a winner, for
+    contenders that each run in about `run_s`: every timed call follows an untimed one
+    (`time_side_by_side`'s rewarm) after one warm-up round."""
+    contenders = neighbours + (3 if control else 2)
+    return run_s * ((1 + 2 * MIN_ROUNDS) * contenders + (1 + 2 * CONFIRM_ROUNDS) * 2)
+
+
 def default_budget(run_s: float) -> float:
     """Refinement's budget when none is given, for an incumbent whose one run takes `run_s`
     (DEFAULT_BUDGET_RUNS)."""
@@ -369,11 +385,16 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     tried = _unique(sorted(neighbours(pick, candidates, costs, transition)
                            + baseline_neighbours(pick, baselines), key=_order))
+    control = len(pick.choices) <= CONTROL_REGIONS
     for what, nb in tried[:MAX_NEIGHBOURS]:
-        if time.perf_counter() - start > budget_s / 2:
+        spent = time.perf_counter() - start
+        left = ("half the budget, kept for building, was spent" if spent > budget_s / 2 else
+                "the budget would not time it" if spent + timing_s(
+                    len(built) + 1, record.run_s, control) > budget_s else "")
+        if left:
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
-                                       f"not tried: half the {budget_s:.1f} s budget was "
-                                       f"spent (one run of the pick: {record.run_s:.2f} s)"))
+                                       f"not tried: {left} ({budget_s:.1f} s; one run of "
+                                       f"the pick: {record.run_s:.2f} s)"))
             continue
         building = time.perf_counter()
         if estimator is not None:
@@ -400,15 +421,14 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
         building = time.perf_counter()
         control = (_rebuilt(pristine, pick, rows, inputs, reference, tol)
-                   if len(pick.choices) <= CONTROL_REGIONS
-                   and time.perf_counter() - start <= budget_s / 2 else None)
+                   if control and time.perf_counter() - start <= budget_s / 2 else None)
         record.building_s += time.perf_counter() - building
         if control is not None:
             runners[REBUILT] = control.run
         runners.update({what: m.run for what, (m, _) in built.items()})
         per_round = sum(p.total_cost for _, p in built.values()) + 3 * pick.total_cost
         left = max(budget_s - (time.perf_counter() - start), 0.0)
-        rounds = max(5, min(15, int(left / max(per_round, 1e-6))))
+        rounds = max(MIN_ROUNDS, min(15, int(left / max(per_round, 1e-6))))
         medians = {t.name: t.median_s
                    for t in time_side_by_side(runners, inputs, rounds=rounds, warmup=1)}
         twins = [medians[n] for n in (INCUMBENT, AGAIN, REBUILT) if n in medians]

@@ -221,9 +221,25 @@ def test_neighbours_left_when_the_budget_is_spent_are_reported_untried(doubles, 
     assert better is None
     assert [t.what for t in record.trials] == [w for w, _ in found][:refine_mod.MAX_NEIGHBOURS]
     assert all(t.measured_s is None and not t.kept and t.why.startswith(
-        "not tried: half the 5.0 s budget was spent (one run of the pick: 2.00 s)")
+        "not tried: half the budget, kept for building, was spent (5.0 s; one run of the "
+        "pick: 2.00 s)")
         for t in record.trials)
     assert "not tried" in format_trials(record.report(None))
+
+
+def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, monkeypatch):
+    """Runs of 0.5 s and 50 s: timing two neighbours beside the incumbent's three builds
+    (and confirming a winner) fits, three would not (`timing_s`); the rest are reported."""
+    pristine, incumbent, cands, costs = chain_pick()
+    monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 0.5))
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    assert 1.0 + refine_mod.timing_s(2, 0.5, True) <= 50 < 1.0 + refine_mod.timing_s(3, 0.5,
+                                                                                     True)
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 50.0,
+                                  driver.report_rows)
+    left = [t for t in record.trials if t.why.startswith("not tried")]
+    assert len(record.trials) - len(left) == 2
+    assert left and all("the budget would not time it (50.0 s" in t.why for t in left)
 
 
 def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
