@@ -88,8 +88,8 @@ DEFAULT_BUDGET_RUNS = 150
 """With no budget given, refinement may take DEFAULT_BUDGET_S or this many runs of the
 incumbent, whichever is longer: timing one neighbour takes ~75 runs (`timing_s`), so a
 fixed few seconds times nothing on a model whose one run takes a second."""
-MIN_ROUNDS = 5
-"""Rounds of the side-by-side timing, at least."""
+MIN_ROUNDS, MAX_ROUNDS = 5, 15
+"""Rounds of the side-by-side timing: as many as the budget left fits, within these."""
 MAX_NEIGHBOURS = 6
 CONTROL_REGIONS = 8
 """The incumbent is built a second time (the control) only up to this many regions, and
@@ -331,13 +331,15 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
     return out
 
 
-def timing_s(neighbours: int, run_s: float, control: bool) -> float:
+def timing_s(neighbours: int, run_s: float, control: bool, rounds: int = MIN_ROUNDS
+             ) -> float:
     """Seconds that timing `neighbours` side by side with the incumbent (twice, and its
-    `control` build) takes at MIN_ROUNDS, with the confirming timing of a winner, for
+    `control` build) takes in `rounds`, with the confirming timing of a winner, for
     contenders that each run in about `run_s`: every timed call follows an untimed one
     (`time_side_by_side`'s rewarm) after one warm-up round."""
     contenders = neighbours + (3 if control else 2)
-    return run_s * ((1 + 2 * MIN_ROUNDS) * contenders + (1 + 2 * CONFIRM_ROUNDS) * 2)
+    return run_s * ((1 + 2 * rounds) * contenders
+                    + (1 + 2 * max(rounds, CONFIRM_ROUNDS)) * 2)
 
 
 def default_budget(run_s: float) -> float:
@@ -426,9 +428,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         if control is not None:
             runners[REBUILT] = control.run
         runners.update({what: m.run for what, (m, _) in built.items()})
-        per_round = sum(p.total_cost for _, p in built.values()) + 3 * pick.total_cost
-        left = max(budget_s - (time.perf_counter() - start), 0.0)
-        rounds = max(MIN_ROUNDS, min(15, int(left / max(per_round, 1e-6))))
+        left = budget_s - (time.perf_counter() - start)
+        rounds = max([r for r in range(MIN_ROUNDS, MAX_ROUNDS + 1) if timing_s(
+            len(built), record.run_s, control is not None, r) <= left], default=MIN_ROUNDS)
         medians = {t.name: t.median_s
                    for t in time_side_by_side(runners, inputs, rounds=rounds, warmup=1)}
         twins = [medians[n] for n in (INCUMBENT, AGAIN, REBUILT) if n in medians]

@@ -232,7 +232,12 @@ def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, mon
     (and confirming a winner) fits, three would not (`timing_s`); the rest are reported."""
     pristine, incumbent, cands, costs = chain_pick()
     monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 0.5))
-    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    rounds, timer = [], timings_by(lambda n: 1e-3)
+
+    def counting(runners, inputs, rounds_=20, **kw):
+        rounds.append(kw.get("rounds", rounds_))
+        return timer(runners, inputs, **kw)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", counting)
     assert 1.0 + refine_mod.timing_s(2, 0.5, True) <= 50 < 1.0 + refine_mod.timing_s(3, 0.5,
                                                                                      True)
     _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 50.0,
@@ -240,6 +245,7 @@ def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, mon
     left = [t for t in record.trials if t.why.startswith("not tried")]
     assert len(record.trials) - len(left) == 2
     assert left and all("the budget would not time it (50.0 s" in t.why for t in left)
+    assert rounds[0] == refine_mod.MIN_ROUNDS  # 6 rounds would not fit either
 
 
 def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
