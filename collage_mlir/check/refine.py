@@ -84,12 +84,13 @@ from collage_mlir.search.search import search
 from collage_mlir.tensors import Tolerance, compare, model_inputs
 
 DEFAULT_BUDGET_S = 5.0
-DEFAULT_BUDGET_RUNS = 150
+DEFAULT_BUDGET_RUNS = 250
 """With no budget given, refinement may take DEFAULT_BUDGET_S or this many runs of the
-incumbent, whichever is longer: timing one neighbour takes ~75 runs (`timing_s`), so a
+incumbent, whichever is longer: timing one neighbour takes ~125 runs (`timing_s`), so a
 fixed few seconds times nothing on a model whose one run takes a second."""
-MIN_ROUNDS, MAX_ROUNDS = 5, 15
-"""Rounds of the side-by-side timing: as many as the budget left fits, within these."""
+MIN_ROUNDS, MAX_ROUNDS = 10, 15
+"""Rounds of the side-by-side timing: as many as the budget left fits, within these (at 5,
+the medians of three builds of one model spread 12-15% on a noisy VM, hiding a 10% gain)."""
 MAX_NEIGHBOURS = 6
 CONTROL_REGIONS = 8
 """The incumbent is built a second time (the control) only up to this many regions, and
