@@ -350,9 +350,12 @@ def main() -> None:
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
         if "ceiling" in row:
             print(f"|   ceiling of any split, in the chain: {row['ceiling']} |")
+        refined = row["refinement"]
+        budget = (f"; {refined.seconds:.0f} s of a {refined.budget_s:.0f} s budget"
+                  if getattr(refined, "budget_s", None) else "")
         print(f"|   refinement tried (vs the incumbent, end to end, noise "
-              f"±{getattr(row['refinement'], 'noise', None) or 0:.1%}): "
-              f"{refinement_cell(row['refinement'])} |")
+              f"±{getattr(refined, 'noise', None) or 0:.1%}{budget}): "
+              f"{refinement_cell(refined)} |")
         print("|   greedy: " + ", ".join(
             f"{n} {row[key]:.2f} ms (est. {est:.2f})" if key in row else f"{n} not timed"
             for n, (key, est) in row["greedy"].items()) + " |")
