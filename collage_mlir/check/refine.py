@@ -66,7 +66,7 @@ from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
-from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
+from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.placement import node_name
 from collage_mlir.runtime.model import PartitionedModel, clone_module
@@ -79,6 +79,7 @@ from collage_mlir.search.partitioning import (
     adjacent_regions,
     evaluate,
     execution_order,
+    value_nbytes,
 )
 from collage_mlir.search.search import search
 from collage_mlir.tensors import Tolerance, compare, model_inputs
@@ -275,10 +276,12 @@ def _archipelagos(pick: Partitioning,
                   by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
                   transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
     """Every single op of one type that another backend runs cheaper than its region's
-    backend, carved out at once (one neighbour per op type and backend pair, the
-    MAX_ARCHIPELAGOS gaining most, each at most MAX_CARVED islands): a model repeating an
-    op its backend runs slowly gains little per island, too little to show beyond the
-    noise one at a time (Mamba2's CumSums on OpenVINO: 72 of them)."""
+    backend by more than the hand-offs into and out of it cost (`transition`), carved out at
+    once (one neighbour per op type and backend pair, the MAX_ARCHIPELAGOS gaining most,
+    each at most MAX_CARVED islands): a model repeating an op its backend runs slowly gains
+    little per island, too little to show beyond the noise one at a time (Mamba2's CumSums
+    on OpenVINO: 72 of them). Ops that are cheaper alone only by the other backend's
+    per-call cost (SegFormer's 64 Transposes) gain less than their hand-offs."""
     graph = pick.graph
     groups: dict[tuple[str, str, str], list[tuple[float, CandidatePartition, float, float]]] = {}
     for ch in pick.choices:
@@ -288,9 +291,12 @@ def _archipelagos(pick: Partitioning,
             own = min((cost for cost, c in rivals if c.backend == backend), default=None)
             best = min(((cost, c) for cost, c in rivals if c.backend != backend),
                        key=lambda t: (t[0], t[1].backend), default=None)
-            if own is not None and best is not None and best[0] < own:
+            if own is None or best is None:
+                continue
+            gain = own - best[0] - _handoffs(graph, i, backend, best[1].backend, transition)
+            if gain > 0:
                 key = (graph.nodes[i].op_type, best[1].backend, backend)
-                groups.setdefault(key, []).append((own - best[0], best[1], best[0], own))
+                groups.setdefault(key, []).append((gain, best[1], best[0], own))
     ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
                      if len(found) > 1), key=lambda t: (-t[0], t[1]))
     out = []
@@ -303,6 +309,19 @@ def _archipelagos(pick: Partitioning,
             nb = _carved(nb, k, island, cost, own, transition)
         out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
     return out
+
+
+def _handoffs(graph: DataflowGraph, i: int, outer: str, inner: str,
+              transition: TransitionCost | None) -> float:
+    """Seconds the hand-offs of op node `i` moved from backend `outer` to `inner` cost: its
+    computed inputs in, its results out (constants travel with the op; 0 without a model)."""
+    if transition is None:
+        return 0.0
+    node = graph.nodes[i]
+    ins = {v for v in node.operands if v is not None and graph.nodes[v[0]].kind is NodeKind.OP}
+    return (sum(transition(outer, inner, value_nbytes(graph, v)) for v in ins)
+            + sum(transition(inner, outer, value_nbytes(graph, (i, r)))
+                  for r in range(len(node.values))))
 
 
 def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],

@@ -379,6 +379,20 @@ def test_every_island_of_one_op_type_is_carved_at_once(doubles, monkeypatch):
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
 
 
+@pytest.mark.parametrize("switch_ms, carved", [(0.2, 3), (0.3, 0)])
+def test_islands_gain_only_what_their_hand_offs_leave(doubles, switch_ms, carved):
+    """fault runs each Neg 0.5 ms cheaper; an island inside the chain pays a hand-off in and
+    one out. At 0.2 ms a switch all three Negs gain; at 0.3 only the first (it reads the
+    model's input, no hand-off in) does, and one island is not a group."""
+    pristine, incumbent, cands, costs = whole_pick(5)
+
+    def transition(src, dst, nbytes):
+        return switch_ms * 1e-3 if src != dst else 0.0
+    found = [w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs,
+                                                 transition) if w.startswith("islands")]
+    assert found == ([f"islands {FAULT}: {carved} x Neg out of {NUMPY}"] if carved else [])
+
+
 def test_a_model_whose_run_grows_memory_is_not_refined(doubles, monkeypatch):
     """A leaking kernel timed dozens of times more could take the machine's memory: a
     second run of the incumbent that grows the process stops refinement (RSS faked)."""
