@@ -408,10 +408,11 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     tried = _unique(sorted(neighbours(pick, candidates, costs, transition)
                            + baseline_neighbours(pick, baselines), key=_order))
     control = len(pick.choices) <= CONTROL_REGIONS
-    for what, nb in tried[:MAX_NEIGHBOURS]:
+    for attempt, (what, nb) in enumerate(tried[:MAX_NEIGHBOURS]):
         spent = time.perf_counter() - start
+        per_build = record.building_s / attempt if attempt else 0.0  # so far
         left = ("half the budget, kept for building, was spent" if spent > budget_s / 2 else
-                "the budget would not time it" if spent + timing_s(
+                "the budget would not time it" if spent + per_build + timing_s(
                     len(built) + 1, record.run_s, control) > budget_s else "")
         if left:
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,

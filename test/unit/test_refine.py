@@ -227,23 +227,34 @@ def test_neighbours_left_when_the_budget_is_spent_are_reported_untried(doubles, 
     assert "not tried" in format_trials(record.report(None))
 
 
-def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, monkeypatch):
+@pytest.mark.parametrize("build_s, tried", [(0.0, 2), (5.0, 1)])
+def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, monkeypatch,
+                                                                    build_s, tried):
     """Runs of 0.5 s and a budget that fits timing two neighbours beside the incumbent's
-    three builds (and confirming a winner), not three (`timing_s`); the rest are reported."""
+    three builds (and confirming a winner), not three (`timing_s`), and one build: where
+    building takes no time two are built; where it takes 5 s, the second would not fit
+    beside its own build (the builds so far, per neighbour). The rest are reported."""
     pristine, incumbent, cands, costs = chain_pick()
-    monkeypatch.setattr(refine_mod, "time", SlowClock(incumbent, 0.5))
+    clock = SlowClock(incumbent, 0.5)
+    monkeypatch.setattr(refine_mod, "time", clock)
+    build = refine_mod._build
+
+    def slow_build(*args):
+        clock.now += build_s
+        return build(*args)
+    monkeypatch.setattr(refine_mod, "_build", slow_build)
     rounds, timer = [], timings_by(lambda n: 1e-3)
 
     def counting(runners, inputs, rounds_=20, **kw):
         rounds.append(kw.get("rounds", rounds_))
         return timer(runners, inputs, **kw)
     monkeypatch.setattr(refine_mod, "time_side_by_side", counting)
-    budget = 1.0 + refine_mod.timing_s(2, 0.5, True) + 0.1  # after the incumbent's 2 runs
+    budget = 1.0 + refine_mod.timing_s(2, 0.5, True) + 0.1 + build_s  # after 2 runs
     assert budget < 1.0 + refine_mod.timing_s(3, 0.5, True)
     _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, budget,
                                   driver.report_rows)
     left = [t for t in record.trials if t.why.startswith("not tried")]
-    assert len(record.trials) - len(left) == 2
+    assert len(record.trials) - len(left) == tried
     assert left and all(f"the budget would not time it ({budget:.1f} s" in t.why for t in left)
     assert rounds[0] == refine_mod.MIN_ROUNDS  # one round more would not fit either
 
