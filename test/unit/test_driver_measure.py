@@ -119,7 +119,8 @@ def test_cli_partition_passes_timeout_and_budget(tmp_path, monkeypatch):
     assert (seen["timeout_s"], seen["kernel_budget_s"], seen["measure_budget_s"]) == \
         (60.0, None, None)
     assert seen["tolerance"] is None
-    assert (seen["merge"], seen["prune"]) == (True, True) and seen["refine_budget_s"] > 0
+    assert (seen["merge"], seen["prune"]) == (True, True)
+    assert seen["refine_budget_s"] is None  # refine.default_budget: scaled to the pick
 
 
 def test_cli_measure_checks_to_the_tolerance_given(tmp_path, monkeypatch):
