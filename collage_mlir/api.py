@@ -54,8 +54,9 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     (default: no limit); `prune` skips larger candidates that cannot win given what was
     measured before them (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
     where the union measures no slower (`collage_mlir.search.merge`). `refine_budget_s`:
-    seconds for timing the pick's neighbours end to end after the check (None: 5 s or 60
-    runs of the pick, whichever is longer; 0: off;
+    seconds for timing the pick's neighbours end to end after the check (None:
+    `collage_mlir.check.refine.default_budget`, a few seconds or a number of runs of the
+    pick, whichever is longer; 0: off;
     `collage_mlir.check.refine`). `executor`: where candidates are measured: None or "local" on this
     machine, "ray" on this machine's Ray cluster (or a local one started for the run),
     "ray://HOST:PORT" through Ray Client, or a `cost.remote.RemoteExecutor` (kept open).

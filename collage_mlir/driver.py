@@ -99,7 +99,7 @@ class PartitionOptions:
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
     refine_budget_s: float | None = None
     """Seconds for timing the pick's neighbours end to end (None: `refine.default_budget`,
-    5 s or 60 runs of the pick, whichever is longer; 0: off; only when verifying)."""
+    scaled to one run of the pick; 0: off; only when verifying)."""
     executor: str | RemoteExecutor | None = None
     """Where candidates are measured (`cost.executor`: None or "local" here, "ray",
     "ray://HOST:PORT", or a `RemoteExecutor`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from collage_mlir.check.refine import DEFAULT_BUDGET_RUNS, DEFAULT_BUDGET_S
 from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_TIMEOUT_S
 from collage_mlir.tools.args import (
     add_backends_argument,
@@ -56,8 +57,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine-budget", type=non_negative_float, default=None,
                    metavar="S", help="seconds for timing the pick's neighbours end to end "
                                      "(flips to a runner-up, joined regions, islands, "
-                                     "splits); 0 turns it off (default: 5 s or 60 runs of "
-                                     "the pick, whichever is longer)")
+                                     "splits); 0 turns it off (default: "
+                                     f"{DEFAULT_BUDGET_S:g} s or {DEFAULT_BUDGET_RUNS} runs "
+                                     "of the pick, whichever is longer)")
     p.add_argument("--no-verify", dest="verify", action="store_false", default=None,
                    help="keep the search's pick without timing it end to end against the "
                         "backends running the whole model")

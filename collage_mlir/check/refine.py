@@ -405,19 +405,19 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     record.budget_s = budget_s
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
-    tried = _unique(sorted(neighbours(pick, candidates, costs, transition)
-                           + baseline_neighbours(pick, baselines), key=_order))
-    control = len(pick.choices) <= CONTROL_REGIONS
+    tried = sorted(neighbours(pick, candidates, costs, transition)
+                   + baseline_neighbours(pick, baselines), key=_order)
+    with_control = len(pick.choices) <= CONTROL_REGIONS
     for attempt, (what, nb) in enumerate(tried[:MAX_NEIGHBOURS]):
         spent = time.perf_counter() - start
         per_build = record.building_s / attempt if attempt else 0.0  # so far
-        left = ("half the budget, kept for building, was spent" if spent > budget_s / 2 else
-                "the budget would not time it" if spent + per_build + timing_s(
-                    len(built) + 1, record.run_s, control) > budget_s else "")
-        if left:
+        untried = ("half the budget, kept for building, was spent" if spent > budget_s / 2
+                   else "the budget would not time it" if spent + per_build + timing_s(
+                       len(built) + 1, record.run_s, with_control) > budget_s else "")
+        if untried:
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
-                                       f"not tried: {left} ({budget_s:.1f} s; one run of "
-                                       f"the pick: {record.run_s:.2f} s)"))
+                                       f"not tried: {untried} ({budget_s:.1f} s; one run "
+                                       f"of the pick: {record.run_s:.2f} s)"))
             continue
         building = time.perf_counter()
         if estimator is not None:
@@ -444,7 +444,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         runners = {INCUMBENT: incumbent.run, AGAIN: incumbent.run}
         building = time.perf_counter()
         control = (_rebuilt(pristine, pick, rows, inputs, reference, tol)
-                   if control and time.perf_counter() - start <= budget_s / 2 else None)
+                   if with_control and time.perf_counter() - start <= budget_s / 2 else None)
         record.building_s += time.perf_counter() - building
         if control is not None:
             runners[REBUILT] = control.run
