@@ -104,6 +104,30 @@ def _classifier(model_cls: str, config_cls: str, num_labels: int = 1000,
     return build
 
 
+def _segmenter(model_cls: str, config_cls: str, num_labels: int, **config
+               ) -> Callable[[], object]:
+    """A semantic segmenter returning class probabilities at the image's size: its logits
+    upsampled (bilinear) and a softmax over the classes, as a pipeline post-processes them."""
+    def build():
+        torch, transformers = _require()
+        model = getattr(transformers, model_cls)(
+            getattr(transformers, config_cls)(num_labels=num_labels, **config))
+
+        class Segmenter(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, pixel_values):
+                logits = self.model(pixel_values=pixel_values).logits
+                up = torch.nn.functional.interpolate(logits, size=pixel_values.shape[-2:],
+                                                     mode="bilinear", align_corners=False)
+                return up.softmax(dim=1)
+
+        return Segmenter()
+    return build
+
+
 def _deepspeech2(hidden: int = 512, layers: int = 3, features: int = 161
                  ) -> Callable[[], object]:
     """DeepSpeech2's acoustic model (Amodei et al. 2016; the layout of deepspeech.pytorch):
@@ -216,6 +240,10 @@ ZOO: dict[str, ZooModel] = {
                                    num_heads=24, head_dim=64, expand=2, n_groups=1,
                                    chunk_size=256, vocab_size=50288, use_cache=False),
                           {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
+    # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs its MatMuls
+    # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.18)
+    "segformer_b0": ZooModel(_segmenter("SegformerForSemanticSegmentation", "SegformerConfig",
+                                        21), _image(512), "probabilities"),
     # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,

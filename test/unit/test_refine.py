@@ -183,10 +183,10 @@ class SlowClock:
         return self.now
 
 
-def test_with_no_budget_given_refinement_may_take_sixty_runs_of_the_pick(doubles,
-                                                                          monkeypatch):
-    """A model whose one run takes 2 s gets 120 s (a fixed 5 s would time nothing), and
-    every neighbour is tried."""
+def test_with_no_budget_given_refinement_is_scaled_to_one_run_of_the_pick(doubles,
+                                                                           monkeypatch):
+    """A model whose one run takes 2 s gets DEFAULT_BUDGET_RUNS x 2 s (a fixed 5 s would
+    time nothing), and every neighbour is tried."""
     pristine, incumbent, cands, costs = chain_pick()
     clock = SlowClock(incumbent, 2.0)
     monkeypatch.setattr(refine_mod, "time", clock)
