@@ -293,7 +293,8 @@ def _archipelagos(pick: Partitioning,
                        key=lambda t: (t[0], t[1].backend), default=None)
             if own is None or best is None:
                 continue
-            gain = own - best[0] - _handoffs(graph, i, backend, best[1].backend, transition)
+            gain = own - best[0] - _handoffs(SubGraph(graph, 1 << i), backend,
+                                             best[1].backend, transition)
             if gain > 0:
                 key = (graph.nodes[i].op_type, best[1].backend, backend)
                 groups.setdefault(key, []).append((gain, best[1], best[0], own))
@@ -311,17 +312,18 @@ def _archipelagos(pick: Partitioning,
     return out
 
 
-def _handoffs(graph: DataflowGraph, i: int, outer: str, inner: str,
+def _handoffs(island: SubGraph, outer: str, inner: str,
               transition: TransitionCost | None) -> float:
-    """Seconds the hand-offs of op node `i` moved from backend `outer` to `inner` cost: its
-    computed inputs in, its results out (constants travel with the op; 0 without a model)."""
+    """Seconds the hand-offs of `island` (over the live graph) moved from backend `outer` to
+    `inner` cost: its computed inputs in, its results out (the model's own inputs come from
+    the host either way; 0 without a model)."""
     if transition is None:
         return 0.0
-    node = graph.nodes[i]
-    ins = {v for v in node.operands if v is not None and graph.nodes[v[0]].kind is NodeKind.OP}
+    graph = island.graph
+    ins = [v for v in island.input_values if graph.nodes[v[0]].kind is NodeKind.OP]
     return (sum(transition(outer, inner, value_nbytes(graph, v)) for v in ins)
-            + sum(transition(inner, outer, value_nbytes(graph, (i, r)))
-                  for r in range(len(node.values))))
+            + sum(transition(inner, outer, value_nbytes(graph, v))
+                  for v in island.output_values))
 
 
 def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
