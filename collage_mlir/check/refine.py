@@ -251,11 +251,11 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
         out.append((f"island {island.backend}: {_ops(graph, island)}"
                     + (f" at {where}" if where else "") + " in "
                     f"{_label(graph, k, pick.choices[k].candidate)}",
-                    _carved(pick, k, island, cost, own, transition)))
+                    carve(pick, k, island, cost, own, transition)))
     return out
 
 
-def _carved(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
+def carve(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
             transition: TransitionCost | None) -> Partitioning:
     """`pick` with `island` (costing `cost`; `own` on region k's backend) carved out of
     region k: the part of the region upstream of the island, the island, the rest. Both
@@ -307,7 +307,7 @@ def _archipelagos(pick: Partitioning,
         for _, island, cost, own in carved:
             k = next(j for j, ch in enumerate(nb.choices)
                      if not island.inside & ~ch.candidate.inside)
-            nb = _carved(nb, k, island, cost, own, transition)
+            nb = carve(nb, k, island, cost, own, transition)
         out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
     return out
 
@@ -433,7 +433,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                 nb = coalesce(nb, estimator.estimate, transition, MAX_SPLIT_MERGES)[0]
             what += f" into {len(nb.choices) - len(pick.choices) + 1}"
         try:
-            model = _build(pristine, nb, incumbent, rows)
+            model = build_neighbour(pristine, nb, incumbent, rows)
             wrong = compare(model.run(inputs), reference, tol)
         except Exception as e:  # a neighbour that fails is not kept; the run goes on
             wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
@@ -483,7 +483,7 @@ def _rebuilt(pristine: ir.Module, pick: Partitioning, rows: Rows, inputs: list,
     """The incumbent's regions compiled afresh (a control: the spread between two builds
     of the same cover is noise, not gain), or None when that build fails or differs."""
     try:
-        model = _build(pristine, pick, None, rows)
+        model = build_neighbour(pristine, pick, None, rows)
         return None if compare(model.run(inputs), reference, tol) else model
     except Exception:  # no control: the run's noise is the incumbent's own timing alone
         return None
@@ -508,8 +508,8 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
     return _replaced(nb, set(range(len(choices))), choices, transition), ""
 
 
-def _build(pristine: ir.Module, nb: Partitioning, incumbent: PartitionedModel | None,
-           rows: Rows) -> PartitionedModel:
+def build_neighbour(pristine: ir.Module, nb: Partitioning,
+                    incumbent: PartitionedModel | None, rows: Rows) -> PartitionedModel:
     """`nb` outlined on a copy of `pristine` and compiled, its regions shared with the
     incumbent taking the incumbent's kernels (none shared without an incumbent)."""
     module = clone_module(pristine)

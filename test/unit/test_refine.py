@@ -191,13 +191,13 @@ def test_with_no_budget_given_refinement_is_scaled_to_one_run_of_the_pick(double
     clock = SlowClock(incumbent, 2.0)
     monkeypatch.setattr(refine_mod, "time", clock)
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
-    builds, build = [], refine_mod._build
+    builds, build = [], refine_mod.build_neighbour
 
     def slow_build(*args):  # each neighbour (and the control) takes 3 s to compile
         clock.now += 3.0
         builds.append(args)
         return build(*args)
-    monkeypatch.setattr(refine_mod, "_build", slow_build)
+    monkeypatch.setattr(refine_mod, "build_neighbour", slow_build)
     _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, None,
                                   driver.report_rows)
     assert record.run_s == pytest.approx(2.0)
@@ -237,12 +237,12 @@ def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, mon
     pristine, incumbent, cands, costs = chain_pick()
     clock = SlowClock(incumbent, 0.5)
     monkeypatch.setattr(refine_mod, "time", clock)
-    build = refine_mod._build
+    build = refine_mod.build_neighbour
 
     def slow_build(*args):
         clock.now += build_s
         return build(*args)
-    monkeypatch.setattr(refine_mod, "_build", slow_build)
+    monkeypatch.setattr(refine_mod, "build_neighbour", slow_build)
     rounds, timer = [], timings_by(lambda n: 1e-3)
 
     def counting(runners, inputs, rounds_=20, **kw):
@@ -471,8 +471,8 @@ def test_island_remainders_are_measured_before_they_are_built(doubles, monkeypat
     relu = next(1 << n.index for n in graph.op_nodes() if n.op_type == "Relu")
     double = RestsDouble(refuse=relu)
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
-    built, build = [], refine_mod._build
-    monkeypatch.setattr(refine_mod, "_build", lambda *a: built.append(a[1]) or build(*a))
+    built, build = [], refine_mod.build_neighbour
+    monkeypatch.setattr(refine_mod, "build_neighbour", lambda *a: built.append(a[1]) or build(*a))
     _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
                                   driver.report_rows, double)
     assert double.asked and all(c.rule_name == refine_mod.ISLAND_RULE for c in double.asked)
