@@ -6,7 +6,9 @@ This benchmark asks the whole models instead. onnxruntime and OpenVINO each run 
 whole, in alternating rounds, under their own profilers (session profiling; PERF_COUNT), with
 the settings Collage's backends use. Every profiled kernel is charged to the ONNX node it
 computes: by its name where the backend kept it, through OpenVINO's `originalLayersNames`
-where it fused several. Nodes that both backends fuse into their producer (Relu,
+where it fused several. Compute nodes one kernel fused (OpenVINO's attention: MatMul,
+scale, Softmax, MatMul) form one anchor group, compared as a whole with the other
+backend's kernels for the same nodes. Nodes that both backends fuse into their producer (Relu,
 BatchNormalization, a bias Add, ...) are charged to that producer's "anchor": the nearest
 compute node upstream (Conv, Gemm, MatMul, LRN, a norm, a pool, ...).
 
@@ -41,7 +43,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +99,38 @@ class Attribution:
             if any(i in self.data for i in n.input):
                 self.data.update(n.output)
         self.max_hops = max_hops
+        self.order = {n.name: i for i, n in enumerate(model.graph.node)}
+        self.parent: dict[str, str] = {}
+
+    def fuse(self, kernels: Iterable[Kernel]) -> None:
+        """Join the compute nodes one computing kernel covers into one anchor group (by
+        any backend: both are compared on the same groups). OpenVINO fuses an attention's
+        MatMul, scale, Softmax and MatMul into one kernel; charged to one of them alone it
+        would set that node's time against the other backend's kernel for it alone."""
+        for k in kernels:
+            if k.kind in MOVES:
+                continue
+            anchors = sorted({n.name for n in map(self.node_of, k.names)
+                              if n is not None and n.op_type in ANCHORS},
+                             key=self.order.__getitem__)
+            for a in anchors[1:]:
+                first, other = self.find(anchors[0]), self.find(a)
+                if first != other:  # the group is named after its first node in the model
+                    first, other = sorted((first, other), key=self.order.__getitem__)
+                    self.parent[other] = first
+
+    def find(self, anchor: str) -> str:
+        """The group `anchor` belongs to (itself unless `fuse` joined it to others)."""
+        while anchor in self.parent:
+            anchor = self.parent[anchor]
+        return anchor
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Group name → its nodes in model order, for groups of more than one node."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for a in sorted(set(self.parent) | set(self.parent.values()), key=self.order.get):
+            out[self.find(a)].append(a)
+        return {g: tuple(members) for g, members in out.items()}
 
     def node_of(self, name: str) -> onnx.NodeProto | None:
         """The ONNX node a kernel name stands for: a node's name or output, possibly with
@@ -134,8 +168,9 @@ class Attribution:
 
     def charge(self, kernels: Iterable[Kernel]) -> tuple[dict[str, float], float]:
         """({anchor: ms per run}, unattributed ms per run): each kernel goes to the anchor
-        of the first of its names that is a compute node, else of the first that maps onto
-        a node (a fused kernel may be named after its tail). Only anchors some computing kernel
+        (or the anchor's group, `fuse`) of the first of its names that is a compute node,
+        else of the first that maps onto a node (a fused kernel may be named after its
+        tail). Only anchors some computing kernel
         (not a data move) reached are kept; the rest of the time is unattributed."""
         per_anchor: dict[str, float] = defaultdict(float)
         computed: set[str] = set()
@@ -146,7 +181,7 @@ class Attribution:
             if node is None:
                 lost += k.ms
                 continue
-            anchor = self.anchor(node)
+            anchor = self.find(self.anchor(node))
             per_anchor[anchor] += k.ms
             if k.kind not in MOVES:
                 computed.add(anchor)
@@ -161,6 +196,8 @@ class Ceiling:
     totals: dict[str, float]
     per_anchor: dict[str, dict[str, float]]
     unattributed: dict[str, float]
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Anchors that stand for several compute nodes a backend fused (`Attribution.fuse`)."""
 
     def common(self) -> set[str]:
         """Anchors every backend timed: the ones a mix can place either way."""
@@ -319,13 +356,16 @@ def profile(path: str, feeds: dict[str, np.ndarray], rounds: int, threads: int,
 
 
 def ceiling_of(model: onnx.ModelProto, kernels: dict[str, list[Kernel]]) -> Ceiling:
-    """Charge every backend's kernels to the model's anchors."""
+    """Charge every backend's kernels to the model's anchors, grouped where a backend
+    computed several in one kernel (`Attribution.fuse`)."""
     attribution = Attribution(model)
+    for ks in kernels.values():
+        attribution.fuse(ks)
     per_anchor, lost = {}, {}
     for backend, ks in kernels.items():
         per_anchor[backend], lost[backend] = attribution.charge(ks)
     totals = {b: sum(k.ms for k in ks) for b, ks in kernels.items()}
-    return Ceiling(totals, per_anchor, lost)
+    return Ceiling(totals, per_anchor, lost, attribution.groups())
 
 
 def named(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -411,7 +451,7 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
         nodes = Attribution(model).nodes
         for anchor, times in pair.differing(args.top):
-            op = nodes[anchor].op_type
+            op = "+".join(nodes[m].op_type for m in pair.groups.get(anchor, (anchor,)))
             cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
             notes.append(f"{label}: {op} {anchor}: {cells}")
     if notes:

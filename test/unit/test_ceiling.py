@@ -118,12 +118,26 @@ def test_one_backend_faster_everywhere_gives_a_ceiling_of_one():
 def test_a_fused_kernel_named_after_its_tail_goes_to_the_compute_node_it_lists(model):
     """OpenVINO names a FullyConnected that absorbed an activation after the activation;
     its fused-layer list still names the Gemm."""
-    per_anchor, lost = Attribution(model).charge([
-        Kernel(("relu", "lrn", "gemm"), "FullyConnected", 2.0),
-    ])
-    assert per_anchor == {"lrn": 2.0}  # the first compute node among its names
     per_anchor, _ = Attribution(model).charge([Kernel(("relu", "gemm"), "FullyConnected", 2.0)])
     assert per_anchor == {"gemm": 2.0}
+
+
+def test_compute_nodes_one_backend_fused_are_compared_as_one_group(model):
+    """OpenVINO computes the LRN and the Gemm in one kernel (as it does an attention's
+    MatMul, Softmax, MatMul): onnxruntime's two kernels for them count against it together,
+    not its whole time against onnxruntime's LRN alone."""
+    kernels = {
+        "onnxruntime": [Kernel(("r_nchwc",), "Conv", 2.0), Kernel(("lrn",), "LRN", 1.0),
+                        Kernel(("fused gemm",), "Gemm", 3.0)],
+        "openvino": [Kernel(("conv",), "Convolution", 2.0),
+                     Kernel(("lrn", "gemm"), "FullyConnected", 3.5),
+                     Kernel(("k_reorder", "lrn", "gemm"), "Reorder", 0.5)],  # a move: no group
+    }
+    c = ceiling_of(model, kernels)
+    assert c.groups == {"lrn": ("lrn", "gemm")}
+    assert c.per_anchor["onnxruntime"] == {"conv": 2.0, "lrn": 4.0}
+    assert c.per_anchor["openvino"] == {"conv": 2.0, "lrn": 4.0}
+    assert c.ratio == pytest.approx(1.0)  # with OpenVINO's kernel on the LRN alone: 2.0
 
 
 def test_a_batch_sets_every_inputs_first_dimension_and_no_initializers():
