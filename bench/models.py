@@ -240,12 +240,12 @@ ZOO: dict[str, ZooModel] = {
                                    num_heads=24, head_dim=64, expand=2, n_groups=1,
                                    chunk_size=256, vocab_size=50288, use_cache=False),
                           {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
-    # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs its MatMuls
-    # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.18)
+    # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs some MatMuls
+    # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.07, at its noise)
     "segformer_b0": ZooModel(_segmenter("SegformerForSemanticSegmentation", "SegformerConfig",
                                         21), _image(512), "probabilities"),
     # MobileViT-small with its DeepLabV3 head, the same way: OpenVINO's whole model is
-    # faster, onnxruntime its attention softmaxes (ceiling 1.52; carved by hand they do not
+    # faster, onnxruntime its attention softmaxes (ceiling 1.30; carved by hand they do not
     # pay: docs/results.md)
     "mobilevit_seg": ZooModel(_segmenter("MobileViTForSemanticSegmentation", "MobileViTConfig",
                                          21), _image(512), "probabilities"),
