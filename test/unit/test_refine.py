@@ -545,3 +545,42 @@ def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(do
     assert better is not None and len(better.plan.steps) == 2
     x = model_inputs(pristine)
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
+
+
+class DearRestsDouble(RestsDouble):
+    """RestsDouble whose island remainders cost `rest_s` each."""
+
+    def __init__(self, rest_s: float) -> None:
+        super().__init__(refuse=0)
+        self.rest_s = rest_s
+
+    def estimate(self, candidates, progress=None):
+        self.asked += candidates
+        return [self.rest_s for _ in candidates]
+
+
+@pytest.mark.parametrize("rest_ms, built", [(1.0, True), (2.5, False)])
+def test_a_neighbour_estimated_past_the_slack_once_its_parts_are_measured_is_not_built(
+        doubles, monkeypatch, rest_ms, built):
+    """The whole pick (Neg, Relu, Neg) is estimated at 2.5 ms; a Neg island (0.5 ms) with
+    the part around it measured at 1 ms is below the pick's estimate and built; at 2.5 ms
+    it is 20% above and left unbuilt, with the reason."""
+    pristine, incumbent, cands, costs = whole_pick()
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
+    builds, build = [], refine_mod.build_neighbour
+    monkeypatch.setattr(refine_mod, "build_neighbour",
+                        lambda *a: builds.append(a[1]) or build(*a))
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                  driver.report_rows, DearRestsDouble(rest_ms * 1e-3))
+    negs = [t for t in record.trials if t.what.startswith(f"island {FAULT}: Neg")]
+    assert len(negs) == 2
+    assert all(t.estimate_s == pytest.approx(0.5e-3 + rest_ms * 1e-3) for t in negs)
+    assert all((t.measured_s is not None) is built for t in negs)
+    carved = [nb for nb in builds if any(ch.candidate.rule_name == refine_mod.ISLAND_RULE
+                                         for ch in nb.choices)]
+    if built:
+        assert carved
+    else:
+        assert all(t.why == "not built: estimated 20% above the pick (past the estimates' "
+                   "error, 15%)" for t in negs)
+        assert not [nb for nb in carved if len(nb.choices) == 2]  # no single Neg island
