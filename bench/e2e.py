@@ -7,8 +7,8 @@ or any `.onnx` path. For each model: partition with all backends (measured costs
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
 "noise" is how far two instances of the same whole model land apart in the same run (X and
-X#2, `--controls`, and X's single-backend partition when it is one region): a mix/best ratio
-inside it is a tie.
+X#2, `--controls`, and X's single-backend partition or the mix when it is one region on X):
+a mix/best ratio inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 the additive error per region (region err: median over the mix's regions of
 |estimate - median call inside whole runs| / that call; `--per-region` lists them), what the
@@ -168,6 +168,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     row["estimated_ms"] = mixed.estimated_cost * 1e3
     row["phases"] = mixed.timings
     row["kept"] = mixed.verdict.kept if mixed.verdict else "-"
+    if len(mixed.plan.steps) == 1:  # one backend's whole model: a twin of that column
+        row["mix_whole_on"] = mixed.plan.steps[0].backend
     runners = {"mix": mixed.run}
     original = collage_mlir.import_onnx(path, input_shapes=shapes)
     for b in backends:
@@ -214,9 +216,11 @@ def ceiling_cell(source: str | onnx.ModelProto) -> str:
 
 def run_noise(row: dict, backends: list[str]) -> float:
     """How far identical models landed apart in the run: X against its control X#2, and
-    against X's single-backend partition when that is one region (X's whole model again)."""
+    against X's single-backend partition, or the mix, when that is one region on X (X's
+    whole model again)."""
     twins = [(b, f"{b}#2") for b in backends] + [
-        (b, f"{b}/collage") for b in backends if row.get(f"{b}/collage_regions") == 1]
+        (b, f"{b}/collage") for b in backends if row.get(f"{b}/collage_regions") == 1] + [
+        (b, "mix") for b in backends if row.get("mix_whole_on") == b]
     return max((abs(row[t] / row[b] - 1) for b, t in twins if b in row and t in row),
                default=0.0)
 
