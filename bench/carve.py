@@ -65,6 +65,10 @@ def carved(graph: DataflowGraph, outer: str, inner: str, islands: list[int]) -> 
     cover = Partitioning(graph, (cover_of_one(graph, outer),), 0.0)
     for bits in islands:
         island = CandidatePartition(SubGraph(graph, bits), inner, RULE)
+        if not island.sub_graph.is_convex:
+            names = ", ".join(node_name(graph.nodes[i]) for i in island.sub_graph.nodes)
+            raise SystemExit(f"the island {names} is not convex: a path between its nodes "
+                             "leaves it (add the nodes on that path, or make two islands)")
         k = next((j for j, ch in enumerate(cover.choices)
                   if not bits & ~ch.candidate.inside), None)
         if k is None:

@@ -50,3 +50,8 @@ def test_islands_in_one_group_go_together_and_groups_apart(graph):
 def test_a_name_no_op_carries_is_refused_by_name(graph):
     with pytest.raises(SystemExit, match="no op named nope"):
         islands_of(graph, [["b"], ["nope"]])
+
+
+def test_an_island_a_path_leaves_and_reenters_is_refused(graph):
+    with pytest.raises(SystemExit, match="the island a, c is not convex"):
+        carved(graph, "outer", "inner", islands_of(graph, [["a", "c"]]))
