@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 import onnx
+from onnx import helper
 
 from collage_mlir.canonical import canonicalize
 from collage_mlir.static_shapes import make_static
@@ -233,6 +234,31 @@ class Ceiling:
             if gain > 0:
                 gains.append((gain, a, times))
         return [(a, times) for _, a, times in sorted(gains, reverse=True)[:top]]
+
+
+def crossing_bytes(model: onnx.ModelProto, members: Iterable[str]) -> int:
+    """Bytes of the data tensors a cut around the nodes named `members` hands off, each
+    once: those entering (computed outside them, or the model's inputs) and those leaving
+    (used outside them, or returned). Values of unknown type count 0."""
+    inside = {n.name for n in model.graph.node if n.name in set(members)}
+    nodes = [n for n in model.graph.node if n.name in inside]
+    data = Attribution(model).data
+    types = {v.name: v.type.tensor_type for v in
+             [*model.graph.input, *model.graph.value_info, *model.graph.output]}
+    made = {o for n in nodes for o in n.output}
+    used_outside = {i for n in model.graph.node if n.name not in inside for i in n.input}
+    returned = {o.name for o in model.graph.output}
+    entering = {i for n in nodes for i in n.input if i in data and i not in made}
+    leaving = {o for o in made if o in used_outside or o in returned}
+
+    def nbytes(name: str) -> int:
+        t = types.get(name)
+        if t is None or not all(d.HasField("dim_value") for d in t.shape.dim):
+            return 0
+        size = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+        return int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)) * size
+
+    return sum(map(nbytes, entering | leaving))
 
 
 def medians(rounds: list[dict[tuple[str, str], float]]) -> dict[tuple[str, str], float]:
@@ -451,11 +477,14 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
         nodes = Attribution(model).nodes
         for anchor, times in pair.differing(args.top):
-            op = "+".join(nodes[m].op_type for m in pair.groups.get(anchor, (anchor,)))
+            members = pair.groups.get(anchor, (anchor,))
+            op = "+".join(nodes[m].op_type for m in members)
             cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
-            notes.append(f"{label}: {op} {anchor}: {cells}")
+            mib = crossing_bytes(model, members) / (1 << 20)
+            notes.append(f"{label}: {op} {anchor}: {cells}; {mib:.1f} MiB in and out")
     if notes:
-        print("\nAnchors where the slower whole model's backend is faster:")
+        print("\nAnchors where the slower whole model's backend is faster (ms per run; the "
+              "data a cut around each would hand off, which the ceiling counts as free):")
         print("\n".join(f"- {n}" for n in notes))
 
 

@@ -19,6 +19,7 @@ from ceiling import (  # noqa: E402
     Kernel,
     batched_shapes,
     ceiling_of,
+    crossing_bytes,
     named,
     scaled_to,
 )
@@ -156,3 +157,22 @@ def test_kernels_are_scaled_to_the_unprofiled_run_in_proportion():
     assert [k.ms for k in scaled] == pytest.approx([4.8, 2.4, 0.8])
     assert [k.names for k in scaled] == [k.names for k in profiled]
     assert scaled_to([], 8.0) == []
+
+
+def test_a_cut_hands_off_what_enters_and_leaves_its_nodes_once():
+    """x[1,4] -> MatMul (weight w) -> y[1,8] -> Softmax -> z[1,8] -> Relu -> out; y also
+    returned. Around MatMul+Softmax: x in (16 bytes), y and z out (32 each); the weight is
+    not data; around the Relu alone: z in, out out."""
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+             helper.make_node("Softmax", ["y"], ["z"], name="sm"),
+             helper.make_node("Relu", ["z"], ["out"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", f32, [1, 4])],
+        [helper.make_tensor_value_info("out", f32, [1, 8]),
+         helper.make_tensor_value_info("y", f32, [1, 8])],
+        [helper.make_tensor("w", f32, [4, 8], [0.0] * 32)],
+        value_info=[helper.make_tensor_value_info("z", f32, [1, 8])])
+    model = helper.make_model(graph)
+    assert crossing_bytes(model, ["mm", "sm"]) == 16 + 32 + 32
+    assert crossing_bytes(model, ["relu"]) == 32 + 32
