@@ -264,7 +264,7 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
 
 
 def carve(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
-            transition: TransitionCost | None) -> Partitioning:
+          transition: TransitionCost | None) -> Partitioning:
     """`pick` with `island` (costing `cost`; `own` on region k's backend) carved out of
     region k: the part of the region upstream of the island, the island, the rest. Both
     parts are convex, and the cover stays acyclic: a region is convex, so no path leaves
