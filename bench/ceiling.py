@@ -23,8 +23,11 @@ the anchors both backends timed: the remainder column says how much that leaves 
 Taking the faster of two noisy timings per anchor biases the bound up, so each backend also
 runs a second, separately built instance (X#2) in the same rounds: the "noise ceiling" is
 the larger of X against X#2, what noise alone makes of the bound. A ceiling near the noise
-ceiling means no partition can pay on this model on this machine. Profilers add their own
-cost per kernel, and not evenly (OpenVINO's kernels at batch 8 summed to 12% more than its
+ceiling means no partition can pay on this model on this machine. The "priced ceiling"
+charges the hand-offs the bound leaves out: an anchor taken off the faster whole model's
+backend pays for the data crossing into and out of it (each tensor at the transition
+model's measured line, `cost/transition.py`); a cut that pays must clear it too.
+Profilers add their own cost per kernel, and not evenly (OpenVINO's kernels at batch 8 summed to 12% more than its
 profiled whole run), so each backend also runs unprofiled (X plain) in the same rounds, and
 its kernels are scaled to sum to that instance's time per run: the totals are what the
 backends take unobserved.
@@ -199,6 +202,9 @@ class Ceiling:
     unattributed: dict[str, float]
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Anchors that stand for several compute nodes a backend fused (`Attribution.fuse`)."""
+    hand_off_ms: dict[str, float] = field(default_factory=dict)
+    """What moving an anchor off the faster whole model's backend costs in hand-offs (its
+    data in and out, `price_hand_offs`); `priced_ratio` charges it."""
 
     def common(self) -> set[str]:
         """Anchors every backend timed: the ones a mix can place either way."""
@@ -223,10 +229,25 @@ class Ceiling:
         """The better whole model over the oracle: the most any mix could gain."""
         return min(self.totals.values()) / self.oracle if self.oracle > 0 else 1.0
 
+    @property
+    def leader(self) -> str:
+        """The backend whose whole model is faster."""
+        return min(self.totals, key=self.totals.__getitem__)
+
+    @property
+    def priced_ratio(self) -> float:
+        """`ratio` with each anchor taken off the leader paying its `hand_off_ms`: what is
+        left of the bound once data crosses between the backends at what it costs."""
+        names = list(self.totals)
+        best = sum(min([self.per_anchor[self.leader][a]]
+                       + [self.per_anchor[b][a] + self.hand_off_ms.get(a, 0.0)
+                          for b in names if b != self.leader]) for a in self.common())
+        oracle = best + min(self.remainder(b) for b in names)
+        return min(self.totals.values()) / oracle if oracle > 0 else 1.0
+
     def differing(self, top: int) -> list[tuple[str, dict[str, float]]]:
         """The `top` anchors where the slower whole model's backend is faster, by gain."""
-        names = list(self.totals)
-        leader = min(names, key=self.totals.__getitem__)
+        names, leader = list(self.totals), self.leader
         gains = []
         for a in self.common():
             times = {b: self.per_anchor[b][a] for b in names}
@@ -238,8 +259,14 @@ class Ceiling:
 
 def crossing_bytes(model: onnx.ModelProto, members: Iterable[str]) -> int:
     """Bytes of the data tensors a cut around the nodes named `members` hands off, each
-    once: those entering (computed outside them, or the model's inputs) and those leaving
-    (used outside them, or returned). Values of unknown type count 0."""
+    once (`crossing`)."""
+    return sum(crossing(model, members))
+
+
+def crossing(model: onnx.ModelProto, members: Iterable[str]) -> list[int]:
+    """Bytes of each data tensor a cut around the nodes named `members` hands off: those
+    entering (computed outside them, or the model's inputs) and those leaving (used
+    outside them, or returned). Values of unknown type count 0."""
     inside = {n.name for n in model.graph.node if n.name in set(members)}
     nodes = [n for n in model.graph.node if n.name in inside]
     data = Attribution(model).data
@@ -258,7 +285,7 @@ def crossing_bytes(model: onnx.ModelProto, members: Iterable[str]) -> int:
         size = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
         return int(np.prod([d.dim_value for d in t.shape.dim], dtype=np.int64)) * size
 
-    return sum(map(nbytes, entering | leaving))
+    return sorted(map(nbytes, entering | leaving))
 
 
 def medians(rounds: list[dict[tuple[str, str], float]]) -> dict[tuple[str, str], float]:
@@ -427,7 +454,30 @@ def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.c
     noise = max(ceiling_of(model, {b: kernels[b], b + CONTROL: kernels[b + CONTROL]}).ratio
                 for b in PROFILERS)
     inflation = {b: sum(k.ms for k in profiled[b]) / wall[b + PLAIN] for b in PROFILERS}
+    price_hand_offs(pair, model, hand_off_line())
     return pair, noise, inflation, model
+
+
+def hand_off_line() -> tuple[float, float]:
+    """(seconds per tensor, seconds per byte) of an onnxruntime/OpenVINO hand-off, as
+    Collage's transition model measures and fits it (`cost/transition.py`)."""
+    from collage_mlir.backends.registry import get_backend
+    from collage_mlir.cost.transition import fit, measure_points
+
+    points, _ = measure_points(*(get_backend(b) for b in PROFILERS))
+    return fit(points)
+
+
+def price_hand_offs(pair: Ceiling, model: onnx.ModelProto,
+                    line: tuple[float, float]) -> None:
+    """Fill `pair.hand_off_ms` for every common anchor another backend runs faster than
+    the leader: its crossing tensors (`crossing`), each priced on `line`."""
+    per_call, per_byte = line
+    for a in pair.common():
+        times = {b: pair.per_anchor[b][a] for b in pair.totals}
+        if min(times.values()) < times[pair.leader]:
+            sizes = crossing(model, pair.groups.get(a, (a,)))
+            pair.hand_off_ms[a] = sum(per_call + per_byte * n for n in sizes) * 1e3
 
 
 def batched_shapes(model: onnx.ModelProto, batch: int) -> dict[str, list[int]]:
@@ -457,8 +507,8 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}: use {help_text()}")
     print("| model | onnxruntime ms | openvino ms | oracle ms | ceiling | noise ceiling "
-          "| remainder ort / ov ms | profiled / unprofiled ort / ov |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| priced ceiling | remainder ort / ov ms | profiled / unprofiled ort / ov |")
+    print("|---|---|---|---|---|---|---|---|---|")
     notes = []
     ort, ov = PROFILERS
     for name in names:
@@ -468,10 +518,11 @@ def main() -> None:
                                                     args.batch)
         except Exception as e:  # a backend that cannot run the model whole: say so, go on
             print(f"| {label} | cannot profile both whole models: "
-                  f"{str(e).strip().splitlines()[-1][:120]} ||||||", flush=True)
+                  f"{str(e).strip().splitlines()[-1][:120]} |||||||", flush=True)
             continue
         cells = [label, f"{pair.totals[ort]:.2f}", f"{pair.totals[ov]:.2f}",
                  f"{pair.oracle:.2f}", f"**{pair.ratio:.3f}**", f"{noise:.3f}",
+                 f"{pair.priced_ratio:.3f}",
                  f"{pair.remainder(ort):.2f} / {pair.remainder(ov):.2f}",
                  f"{inflation[ort]:.2f} / {inflation[ov]:.2f}"]
         print("| " + " | ".join(cells) + " |", flush=True)
@@ -481,7 +532,8 @@ def main() -> None:
             op = "+".join(nodes[m].op_type for m in members)
             cells = ", ".join(f"{b} {ms:.2f}" for b, ms in times.items())
             mib = crossing_bytes(model, members) / (1 << 20)
-            notes.append(f"{label}: {op} {anchor}: {cells}; {mib:.1f} MiB in and out")
+            notes.append(f"{label}: {op} {anchor}: {cells}; {mib:.1f} MiB in and out, "
+                         f"{pair.hand_off_ms.get(anchor, 0.0):.2f} ms")
     if notes:
         print("\nAnchors where the slower whole model's backend is faster (ms per run; the "
               "data a cut around each would hand off, which the ceiling counts as free):")

@@ -21,6 +21,7 @@ from ceiling import (  # noqa: E402
     ceiling_of,
     crossing_bytes,
     named,
+    price_hand_offs,
     scaled_to,
 )
 
@@ -176,3 +177,32 @@ def test_a_cut_hands_off_what_enters_and_leaves_its_nodes_once():
     model = helper.make_model(graph)
     assert crossing_bytes(model, ["mm", "sm"]) == 16 + 32 + 32
     assert crossing_bytes(model, ["relu"]) == 32 + 32
+
+
+def test_the_priced_ceiling_keeps_only_gains_that_outlive_their_hand_offs():
+    """b leads (8 ms whole); a is faster on x by 1 ms and on y by 3 ms. A hand-off of 2 ms
+    on each leaves only y's gain: oracle 8 - 1 = 7 against the free bound's 8 - 4 = 4."""
+    c = Ceiling(totals={"a": 9.0, "b": 8.0},
+                per_anchor={"a": {"x": 1.0, "y": 2.0, "z": 6.0},
+                            "b": {"x": 2.0, "y": 5.0, "z": 1.0}},
+                unattributed={"a": 0.0, "b": 0.0})
+    assert c.leader == "b"
+    assert c.ratio == pytest.approx(8.0 / 4.0)
+    assert c.priced_ratio == pytest.approx(c.ratio)  # nothing priced yet
+    c.hand_off_ms = {"x": 2.0, "y": 2.0}
+    assert c.priced_ratio == pytest.approx(8.0 / 7.0)
+
+
+def test_hand_offs_are_priced_per_crossing_tensor_on_the_measured_line():
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f32, [1, 256])],
+                              [helper.make_tensor_value_info("out", f32, [1, 256])],
+                              value_info=[helper.make_tensor_value_info("y", f32, [1, 256])])
+    model = helper.make_model(graph)
+    c = Ceiling(totals={"a": 3.0, "b": 2.0},
+                per_anchor={"a": {"sm": 1.0}, "b": {"sm": 2.0}},
+                unattributed={"a": 2.0, "b": 0.0})
+    price_hand_offs(c, model, (1e-5, 1e-8))  # 10 us a tensor, 10 ns a byte
+    assert c.hand_off_ms == {"sm": pytest.approx(2 * (1e-2 + 1e-5 * 1024))}
