@@ -211,7 +211,7 @@ def ceiling_cell(source: str | onnx.ModelProto) -> str:
         pair, noise, _, _ = ceiling.measure(source, rounds=10)
     except Exception as e:  # a backend that cannot run the model whole
         return f"not measured: {str(e).strip().splitlines()[-1][:100]}"
-    return f"{pair.ratio:.3f} (noise ceiling {noise:.3f})"
+    return f"{pair.ratio:.3f} (noise ceiling {noise:.3f}, priced {pair.priced_ratio:.3f})"
 
 
 def run_noise(row: dict, backends: list[str]) -> float:
