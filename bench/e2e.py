@@ -206,7 +206,8 @@ def bench_model(name: str, backends: list[str], args) -> dict:
 
 def ceiling_cell(source: str | onnx.ModelProto) -> str:
     """What any onnxruntime/OpenVINO split could gain, from both whole models' profilers
-    (`bench/ceiling.py`), beside what noise alone makes of that bound; or why not."""
+    (`bench/ceiling.py`), beside what noise alone makes of that bound and what is left of
+    it with hand-offs priced; or why not."""
     try:
         pair, noise, _, _ = ceiling.measure(source, rounds=10)
     except Exception as e:  # a backend that cannot run the model whole
