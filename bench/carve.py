@@ -7,7 +7,8 @@ model; this asks whether moving them pays end to end. It builds the model whole 
 node names, `;` between groups) carved out onto INNER the way refinement carves
 (`check/refine.carve`: the rest of the region split upstream and downstream of the island),
 times them interleaved, and lists each region's median call inside whole runs of the carved
-model. `--ceiling N` carves the ceiling's N best anchors instead, each an island of one node.
+model. `--ceiling N` carves the ceiling's N best anchors instead, each an island (of the
+nodes one backend fused into it, where it did).
 No measuring and no search: the cover is given.
 
     python bench/carve.py MODEL (--islands "a,b;c" | --ceiling N) [--outer openvino]
@@ -19,8 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-import numpy as np
 
 import collage_mlir
 from collage_mlir.candidate import CandidatePartition
@@ -36,6 +35,7 @@ from collage_mlir.tensors import model_inputs
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ceiling  # noqa: E402
+from e2e import relative_error  # noqa: E402
 from naming import help_text, known_model, resolve  # noqa: E402
 
 RULE = "by-hand"
@@ -79,9 +79,10 @@ def carved(graph: DataflowGraph, outer: str, inner: str, islands: list[int]) -> 
 
 
 def ceiling_islands(source, top: int, rounds: int) -> list[list[str]]:
-    """The ceiling's `top` anchors where the slower whole model's backend is faster."""
+    """The ceiling's `top` anchors where the slower whole model's backend is faster, each
+    with the nodes a backend fused into it (`Ceiling.groups`) as one island."""
     pair, _, _, _ = ceiling.measure(source, rounds)
-    return [[anchor] for anchor, _ in pair.differing(top)]
+    return [list(pair.groups.get(anchor, (anchor,))) for anchor, _ in pair.differing(top)]
 
 
 def main() -> None:
@@ -110,8 +111,7 @@ def main() -> None:
                             ("carved", cover))}
         inputs = model_inputs(pristine)
         reference = models[f"{args.outer} whole"].run(inputs)
-        err = max(float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
-                  for a, b in zip(models["carved"].run(inputs), reference, strict=True))
+        err = relative_error(models["carved"].run(inputs), reference)
         times = {t.name: t.median_s * 1e3 for t in time_side_by_side(
             {n: m.run for n, m in models.items()}, inputs, rounds=args.rounds, warmup=1)}
         calls = models["carved"].profile(inputs, rounds=args.rounds)
