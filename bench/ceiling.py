@@ -42,6 +42,7 @@ import bisect
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -53,6 +54,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from collage_mlir.backends.openvino import runtime_origins
 from collage_mlir.canonical import canonicalize
 from collage_mlir.static_shapes import make_static
 
@@ -314,7 +316,10 @@ class OrtProfiler:
 
     def kernels(self) -> list[Kernel]:
         """The node events, run by run after the warm-up, as median ms per run."""
-        events = json.load(open(self.session.end_profiling()))
+        path = self.session.end_profiling()
+        with open(path) as f:
+            events = json.load(f)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # the profile's own dir
         runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
                       if e.get("name") == "model_run")
         starts = [start for start, _ in runs]
@@ -342,7 +347,7 @@ class OvProfiler:
         config = {**OpenVinoBackend(threads=threads).config(), "PERF_COUNT": profiled}
         compiled = ov.Core().compile_model(path, "CPU", config)
         self.request = compiled.create_infer_request()
-        self.origins = ov_origins(compiled)
+        self.origins = runtime_origins(compiled)
         self.rounds: list[dict[tuple[str, str], float]] = []
         self.profiled = profiled
 
@@ -357,17 +362,6 @@ class OvProfiler:
     def kernels(self) -> list[Kernel]:
         return [Kernel(self.origins.get(n, (n,)), kind, ms)
                 for (n, kind), ms in medians(self.rounds).items()]
-
-
-def ov_origins(compiled) -> dict[str, tuple[str, ...]]:
-    """OpenVINO's executed node name -> (itself, the layers it fused)."""
-    out = {}
-    for op in compiled.get_runtime_model().get_ordered_ops():
-        info = op.get_rt_info()
-        fused = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
-        name = op.get_friendly_name()
-        out[name] = (name, *[f for f in fused.split(",") if f and f != name])
-    return out
 
 
 PROFILERS = {"onnxruntime": OrtProfiler, "openvino": OvProfiler}

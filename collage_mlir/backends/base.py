@@ -54,6 +54,13 @@ class Kernel(abc.ABC):
         data and allocates nothing. By default `run`."""
         return self.run(inputs)
 
+    def fused(self) -> list[tuple[str, ...]]:
+        """Groups of the region's ONNX node names (as exported: `export.exported_owners`)
+        that the backend computes as one step of its own, two or more names each: a region
+        cut between them loses that fusion, which no cost of the parts alone shows. [] where
+        the backend does not say (the default)."""
+        return []
+
 
 ALIGNMENT = 64
 """Bytes a kernel-owned buffer is aligned to: IREE imports host memory only at this

@@ -11,6 +11,7 @@ output tensors are buffers the kernel owns (no copy, no allocation per call).
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 
 DEVICE = "CPU"
+FUSED_SUFFIX = ".ovfused.json"
+"""Beside a saved blob: `OpenVinoKernel.fused` of the compiled model (an import loses it)."""
 
 
 def read_onnx(core: Any, model: bytes | str) -> Any:
@@ -78,6 +81,18 @@ def supported_nodes(model: Any, supported: set[str], graph: DataflowGraph,
     return sum(1 << i for i in ok)
 
 
+def runtime_origins(compiled: Any) -> dict[str, tuple[str, ...]]:
+    """Each node a compiled model executes (its friendly name) → that name and the names of
+    the ops it was built from (`originalLayersNames`: what OpenVINO fused into it)."""
+    out = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        fused = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
+        name = op.get_friendly_name()
+        out[name] = (name, *[f for f in fused.split(",") if f and f != name])
+    return out
+
+
 class OpenVinoKernel(Kernel):
     """One compiled model and a reused InferRequest.
 
@@ -88,12 +103,14 @@ class OpenVinoKernel(Kernel):
     file the model was imported from, if it was.
     """
 
-    def __init__(self, compiled: Any, source: Path | None = None) -> None:
+    def __init__(self, compiled: Any, source: Path | None = None,
+                 fused: list[tuple[str, ...]] | None = None) -> None:
         import openvino as ov
 
         self._tensor = ov.Tensor
         self.compiled = compiled
         self.source = source
+        self._fused = fused
         self.request = compiled.create_infer_request()
         self._refs: list[np.ndarray | None] = [None] * len(compiled.inputs)
         self._n_out = len(compiled.outputs)
@@ -118,6 +135,19 @@ class OpenVinoKernel(Kernel):
             return self._own()
         return [o if o is not None else np.array(request.get_output_tensor(i).data)
                 for i, o in enumerate(self._owned)]
+
+    def fused(self) -> list[tuple[str, ...]]:
+        """The exported node names each executed node was built from, where two or more (a
+        decomposed op's parts, `n12/...`, count as `n12`). A model imported from a blob
+        has lost its fused subgraphs' names: such a kernel is given those its compile saw
+        (`OpenVinoBackend.save_kernel` keeps them beside the blob)."""
+        if self._fused is None:
+            self._fused = []
+            for names in runtime_origins(self.compiled).values():
+                own = tuple(dict.fromkeys(n.split("/", 1)[0] for n in names))
+                if len(own) > 1:
+                    self._fused.append(own)
+        return self._fused
 
     def _own(self) -> list[np.ndarray]:
         """Give each static numeric output a kernel-owned buffer holding this first run's
@@ -231,20 +261,23 @@ class OpenVinoBackend(Backend):
         A model OpenVINO imported from a blob exports one that does not read back (2026.4:
         "Unable to read the model"), so an imported kernel is saved as its blob file, or
         compiled again when that file is gone (a probe's scratch directory)."""
-        path = Path(stem + ".ovblob")
+        path, fusions = Path(stem + ".ovblob"), Path(stem + FUSED_SUFFIX)
         source = getattr(kernel, "source", None)
         if source is not None and source.is_file():
             shutil.copyfile(source, path)
-            return [str(path)]
-        if source is not None:
-            kernel = self.compile(module)
-        path.write_bytes(kernel.compiled.export_model().getbuffer())  # no copy of the blob
-        return [str(path)]
+        else:
+            if source is not None:
+                kernel = self.compile(module)
+            path.write_bytes(kernel.compiled.export_model().getbuffer())  # no copy of it
+        fusions.write_text(json.dumps(kernel.fused()))
+        return [str(path), str(fusions)]
 
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
-        path = Path(stem + ".ovblob")
+        path, fusions = Path(stem + ".ovblob"), Path(stem + FUSED_SUFFIX)
         compiled = self.core.import_model(path.read_bytes(), DEVICE, self.config())
-        return OpenVinoKernel(compiled, source=path.resolve())
+        fused = ([tuple(g) for g in json.loads(fusions.read_text())] if fusions.is_file()
+                 else None)
+        return OpenVinoKernel(compiled, source=path.resolve(), fused=fused)
 
     def cache_options(self) -> str:
         return f"threads={self.threads},precision={self.precision}"

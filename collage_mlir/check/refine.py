@@ -15,6 +15,11 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   gets its per-op winners back one at a time.
 - **islands**: every single op of one type that another backend runs cheaper, carved out
   at once the same way (a model repeating an op its backend runs slowly).
+
+Islands never cut what one of the incumbent's kernels computes as one step (`Kernel.fused`:
+OpenVINO's fused Conv+activation, its attention): the measure table prices the parts alone,
+not the fusion a cut loses (MobileViT's attention carved onto onnxruntime ran 22% slower,
+though its parts alone were faster). The report says which fused kernels kept islands out.
 - **split**: a region re-cut on its own backend, as the search covers its nodes with that
   backend's measured candidates alone, then merged after the search (`search.merge`) as a
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -67,6 +73,7 @@ from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.errors import CollageError
+from collage_mlir.export import exported_owners
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.placement import node_name
@@ -164,11 +171,16 @@ class Refinement:
         return [first, *self.trials]
 
 
+Fusion = tuple[str, int]
+"""(backend, node bits): nodes one kernel of the incumbent computes as one step."""
+
+
 def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
-               costs: Sequence[float], transition: TransitionCost | None
-               ) -> list[tuple[str, Partitioning]]:
+               costs: Sequence[float], transition: TransitionCost | None,
+               fused: Sequence[Fusion] = ()) -> list[tuple[str, Partitioning]]:
     """The pick's flips, joins, islands and splits (see the module docstring): splits first,
-    then cheapest estimate first. `pick` must be over a live graph (not outlined)."""
+    then cheapest estimate first; no island cuts a group in `fused`. `pick` must be over a
+    live graph (not outlined)."""
     graph = pick.graph
     by_nodes: dict[int, list[tuple[float, CandidatePartition]]] = {}
     for c, cost in zip(candidates, costs, strict=True):
@@ -190,10 +202,52 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
                         f"{_label(graph, b, pick.choices[b].candidate)} on {c.backend}",
                         joined))
             break
-    out += _islands(pick, by_nodes, transition)
-    out += _archipelagos(pick, by_nodes, transition)
+    whole = {inside: rivals for inside, rivals in by_nodes.items() if not _cut(inside, fused)}
+    out += _islands(pick, whole, transition)
+    out += _archipelagos(pick, whole, transition)
     out += _splits(pick, candidates, costs, transition)
     return _unique(sorted(out, key=_order))
+
+
+def _cut(inside: int, fused: Sequence[Fusion]) -> list[Fusion]:
+    """The groups of `fused` that nodes `inside` take part of but not all of."""
+    return [f for f in fused if f[1] & inside and f[1] & ~inside]
+
+
+def fusions(model: PartitionedModel, pick: Partitioning) -> list[Fusion]:
+    """What `model`'s kernels each compute as one step (`Kernel.fused`), two or more op
+    nodes a group, over `pick` (`model`'s partitioning on a live copy of its graph)."""
+    kernels = _kernels_by_region(model)
+    out = []
+    for ch in pick.choices:
+        kernel = kernels.get((ch.candidate.backend, ch.candidate.inside))
+        if kernel is None:
+            continue
+        owners = exported_owners(ch.candidate.sub_graph)
+        for names in kernel.fused():
+            bits = sum(1 << owners[n] for n in set(names) if n in owners) & ch.candidate.inside
+            if (bits & pick.graph.op_bits).bit_count() > 1:
+                out.append((ch.candidate.backend, bits & pick.graph.op_bits))
+    return out
+
+
+def kept_whole(pick: Partitioning, candidates: Sequence[CandidatePartition],
+               fused: Sequence[Fusion]) -> Trial | None:
+    """The report's line for the fused groups some candidate would have cut as an island
+    (on another backend than the region around it), by op types; None when none was."""
+    regions = [(ch.candidate.inside, ch.candidate.backend) for ch in pick.choices]
+    cut: dict[int, str] = {}
+    for c in candidates:
+        if any(not c.inside & ~r and c.backend != b for r, b in regions):
+            cut.update((bits, backend) for backend, bits in _cut(c.inside, fused))
+    if not cut:
+        return None
+    graph = pick.graph
+    kinds = Counter(f"{backend}'s " + "+".join(graph.nodes[i].op_type for i in iter_bits(bits))
+                    for bits, backend in cut.items())
+    listed = ", ".join(f"{n} x {k}" for k, n in sorted(kinds.items(), key=lambda t: (-t[1], t[0])))
+    return Trial(PHASE, "islands inside fused kernels", None, None, False,
+                 f"not proposed: they would cut these fused kernels: {listed}")
 
 
 def _unique(labelled: list[tuple[str, Partitioning]]) -> list[tuple[str, Partitioning]]:
@@ -415,8 +469,12 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     record.budget_s = budget_s
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
-    tried = sorted(neighbours(pick, candidates, costs, transition)
+    fused = fusions(incumbent, pick)
+    tried = sorted(neighbours(pick, candidates, costs, transition, fused)
                    + baseline_neighbours(pick, baselines), key=_order)
+    note = kept_whole(pick, candidates, fused)
+    if note is not None:
+        record.trials.append(note)
     with_control = len(pick.choices) <= CONTROL_REGIONS
     for attempt, (what, nb) in enumerate(tried[:MAX_NEIGHBOURS]):
         spent = time.perf_counter() - start

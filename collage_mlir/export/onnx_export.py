@@ -26,9 +26,11 @@ from collage_mlir.export.resources import (
     resource_array,
     store_of,
 )
+from collage_mlir.graph.bits import iter_bits
 
 if TYPE_CHECKING:
     from collage_mlir.graph.dataflow import DataflowGraph
+    from collage_mlir.graph.subgraph import SubGraph
 
 MIN_IR_VERSION = 8
 """onnxruntime 1.31 rejects IR 14 (what onnx 1.23 writes by default); 8 is widely accepted."""
@@ -52,6 +54,18 @@ def node_name(index: int) -> str:
     """The ONNX node name given to op number `index` (its position among the function's ops,
     or the DataflowGraph index when `export_function` is given `op_names`)."""
     return f"n{index}"
+
+
+def exported_owners(sub: SubGraph) -> dict[str, int]:
+    """Each name `export_function` gives the region `sub.extract()` → the graph node behind
+    it: node `node_name(k)` is the k-th op of the extracted function (constants included;
+    `extract` keeps graph order), and a result's default name (`output_k`) stands for the node
+    producing it (OpenVINO names that node after its tensor). What a backend reports by
+    these names maps back to `sub`'s graph."""
+    ops = list(iter_bits(sub.graph.const_closure(sub.inside) | sub.inside))
+    owners = {node_name(k): i for k, i in enumerate(ops)}
+    owners.update((f"output_{k}", n) for k, (n, _) in enumerate(sub.output_values))
+    return owners
 
 
 def find_function(module: ModuleLike, func_name: str | None = None) -> ir.Operation:

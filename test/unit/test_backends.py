@@ -17,7 +17,7 @@ from collage_mlir.backends.onnxruntime import OnnxRuntimeBackend
 from collage_mlir.backends.openvino import OpenVinoBackend
 from collage_mlir.backends.registry import available_backends, get_backend
 from collage_mlir.errors import CollageError
-from collage_mlir.export import node_name
+from collage_mlir.export import exported_owners, node_name
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import import_onnx
@@ -463,3 +463,48 @@ def test_an_output_that_is_the_input_is_still_the_callers_own(name: str) -> None
     x[...] = 5
     np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32).reshape(2, 8) - 8)
     np.testing.assert_array_equal(kernel.run([x])[0], x)
+
+
+FUSIBLE = '''g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {
+  c = Conv<pads=[1,1,1,1]>(x, w)
+  r = Relu(c)
+  e = Exp(r)
+  m = Mul(e, r)
+  y = Add(m, x)
+}'''
+
+
+def test_openvino_names_what_it_fused_and_a_saved_kernel_keeps_it(tmp_path):
+    """OpenVINO fuses the Conv with its Relu and the element-wise tail into one kernel
+    each; `fused` names them as exported, `exported_owners` maps them back to the graph,
+    and a kernel loaded from its saved blob says the same (an imported blob alone has lost
+    the names of fused subgraphs)."""
+    backend = _backend("openvino")
+    graph = _graph(FUSIBLE)
+    sub = SubGraph(graph, graph.op_bits)
+    module = sub.extract("f")
+    kernel = backend.compile(module)
+    owners = exported_owners(sub)
+    groups = {"+".join(graph.nodes[i].op_type for i in sorted({owners[n] for n in g}))
+              for g in kernel.fused()}
+    assert {"Conv+Relu", "Exp+Mul+Add"} <= groups
+    backend.save_kernel(kernel, module, str(tmp_path / "f"))
+    loaded = backend.load_kernel(module, str(tmp_path / "f"))
+    assert sorted(loaded.fused()) == sorted(kernel.fused())
+    assert loaded.source is not None  # it was imported, not compiled again
+
+
+def test_exported_names_map_back_to_the_nodes_they_export():
+    """Every node `export_function` writes for an extracted region is the op of the graph
+    node `exported_owners` names for it, and every result's default name its producer's."""
+    from collage_mlir.export import export_function
+    graph = _graph(FUSIBLE)
+    nodes = [n.index for n in graph.op_nodes()]
+    sub = SubGraph(graph, sum(1 << i for i in nodes[1:4]))  # Relu, Exp, Mul
+    owners = exported_owners(sub)
+    proto = export_function(sub.extract("f"))
+    assert [graph.nodes[owners[n.name]].op_type for n in proto.graph.node] == \
+        [n.op_type for n in proto.graph.node] == ["Relu", "Exp", "Mul"]
+    produced = {o: graph.nodes[owners[n.name]] for n in proto.graph.node for o in n.output}
+    for k, out in enumerate(proto.graph.output):
+        assert owners[f"output_{k}"] == produced[out.name].index

@@ -390,6 +390,32 @@ def test_every_island_of_one_op_type_is_carved_at_once(doubles, monkeypatch):
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
 
 
+def test_islands_never_cut_what_the_incumbents_kernel_fused(doubles, monkeypatch):
+    """Neg, Relu, Neg, Relu, Neg whole on numpy_test, whose kernel says it computes the
+    first Neg and Relu as one step: no island takes either of them alone (fault is cheaper
+    on both), the other Negs are still carved, and the report names the fusion kept whole."""
+    pristine, incumbent, cands, costs = whole_pick(5)
+    (kernel,) = incumbent.kernels.values()
+    monkeypatch.setattr(kernel, "fused", lambda: [("n0", "n1")], raising=False)
+    pick = live(pristine, incumbent)
+    fused = refine_mod.fusions(incumbent, pick)
+    ops = [n.index for n in pick.graph.op_nodes()]
+    assert fused == [(NUMPY, 1 << ops[0] | 1 << ops[1])]
+    found = dict(refine_mod.neighbours(pick, cands, costs, None, fused))
+    carved = {pick.graph.nodes[i].op_type + str(ops.index(i)) for nb in found.values()
+              for ch in nb.choices if ch.candidate.backend == FAULT
+              for i in ch.candidate.sub_graph.nodes}
+    assert carved == {"Neg2", "Relu3", "Neg4"}
+    assert f"islands {FAULT}: 2 x Neg out of {NUMPY}" in found
+    assert len(refine_mod.neighbours(pick, cands, costs, None)) > len(found)  # without it
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                  driver.report_rows)
+    note = [t for t in record.trials if t.what == "islands inside fused kernels"]
+    assert len(note) == 1 and note[0].why == \
+        f"not proposed: they would cut these fused kernels: 1 x {NUMPY}'s Neg+Relu"
+
+
 @pytest.mark.parametrize("switch_ms, carved", [(0.2, 3), (0.3, 0)])
 def test_islands_gain_only_what_their_hand_offs_leave(doubles, switch_ms, carved):
     """fault runs each Neg 0.5 ms cheaper; an island inside the chain pays a hand-off in and
