@@ -51,6 +51,15 @@ def no_rows(_: Partitioning) -> list:
     return []
 
 
+def groups_of(text: str) -> list[list[str]]:
+    """`--islands`' node names: `,` within an island, `;` between; an empty name (an empty
+    option: the ceiling's anchors are `--ceiling`) is an error."""
+    groups = [g.split(",") for g in text.split(";")]
+    if not all(all(g) for g in groups):
+        raise SystemExit(f"--islands {text!r}: an empty node name")
+    return groups
+
+
 def islands_of(graph: DataflowGraph, groups: list[list[str]]) -> list[int]:
     """Each group of ONNX node names as node bits; a name no op carries is an error."""
     by_name = {node_name(n): n.index for n in graph.op_nodes()}
@@ -98,7 +107,7 @@ def main() -> None:
     if not known_model(args.model):
         ap.error(f"unknown model {args.model}: use {help_text()}")
     label, source = resolve(args.model)
-    groups = ([g.split(",") for g in args.islands.split(";")] if args.islands
+    groups = (groups_of(args.islands) if args.islands is not None
               else ceiling_islands(source, args.ceiling, args.rounds))
     pristine = collage_mlir.import_onnx(source)
     with weight_store(pristine):

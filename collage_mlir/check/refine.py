@@ -218,16 +218,18 @@ def fusions(model: PartitionedModel, pick: Partitioning) -> list[Fusion]:
     """What `model`'s kernels each compute as one step (`Kernel.fused`), two or more op
     nodes a group, over `pick` (`model`'s partitioning on a live copy of its graph)."""
     kernels = _kernels_by_region(model)
+    ops = pick.graph.op_bits
     out = []
     for ch in pick.choices:
         kernel = kernels.get((ch.candidate.backend, ch.candidate.inside))
         if kernel is None:
             continue
         owners = exported_owners(ch.candidate.sub_graph)
-        for names in kernel.fused():
-            bits = sum(1 << owners[n] for n in set(names) if n in owners) & ch.candidate.inside
-            if (bits & pick.graph.op_bits).bit_count() > 1:
-                out.append((ch.candidate.backend, bits & pick.graph.op_bits))
+        for names in kernel.fused():  # the names can skip a member (a Swish's Sigmoid)
+            named = sum(1 << owners[n] for n in set(names) if n in owners) & ops
+            bits = pick.graph.hull(named) & ops if named.bit_count() > 1 else 0
+            if bits:
+                out.append((ch.candidate.backend, bits))
     return out
 
 

@@ -154,6 +154,15 @@ class DataflowGraph:
             out |= frontier
         return out
 
+    def hull(self, bits: int) -> int:
+        """`bits` and every node on a path from one of them to another: the least convex
+        set holding them (what a kernel computing them all computes)."""
+        below = 0
+        for i in iter_bits(bits):
+            below |= self.downstream[i]
+        return bits | sum(1 << j for j in iter_bits(below & ~bits)
+                          if self.downstream[j] & bits)
+
     def node_of(self, op: ir.Operation) -> Node:
         for n in self.nodes:
             if n.op is not None and n.op == op.operation:

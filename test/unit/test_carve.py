@@ -14,7 +14,7 @@ import collage_mlir
 from collage_mlir.driver import entry_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from carve import carved, islands_of  # noqa: E402
+from carve import carved, groups_of, islands_of  # noqa: E402
 
 
 @pytest.fixture
@@ -55,3 +55,10 @@ def test_a_name_no_op_carries_is_refused_by_name(graph):
 def test_an_island_a_path_leaves_and_reenters_is_refused(graph):
     with pytest.raises(SystemExit, match="the island a, c is not convex"):
         carved(graph, "outer", "inner", islands_of(graph, [["a", "c"]]))
+
+
+def test_islands_are_read_from_the_option_and_an_empty_name_is_refused():
+    assert groups_of("a,b;c") == [["a", "b"], ["c"]]
+    for text in ("", "a;;b", "a,"):
+        with pytest.raises(SystemExit, match="an empty node name"):
+            groups_of(text)

@@ -64,6 +64,21 @@ def test_is_valid_agrees_with_brute_force(dag, data):
     assert sub.is_valid(unlimited) == sub.is_convex
 
 
+@settings(max_examples=60, deadline=None)
+@given(random_dag(min_nodes=2, max_nodes=8), st.data())
+def test_hull_is_the_least_convex_set_holding_the_nodes(dag, data):
+    text, _ = dag
+    g = graph_of(text)
+    ops = [n.index for n in g.op_nodes()]
+    picked = bits_of(data.draw(st.lists(st.sampled_from(ops), min_size=1, unique=True)))
+    hull = g.hull(picked)
+    assert hull & picked == picked and brute_force_convex(g, hull)
+    supersets = (picked | bits_of(extra) for r in range(len(ops) + 1)
+                 for extra in itertools.combinations(ops, r))
+    least = min((b for b in supersets if brute_force_convex(g, b)), key=int.bit_count)
+    assert hull == least
+
+
 @settings(max_examples=30, deadline=None)
 @given(random_dag(min_nodes=2, max_nodes=7))
 def test_every_convex_subgraph_extracts_and_verifies(dag):

@@ -416,6 +416,31 @@ def test_islands_never_cut_what_the_incumbents_kernel_fused(doubles, monkeypatch
         f"not proposed: they would cut these fused kernels: 1 x {NUMPY}'s Neg+Relu"
 
 
+def test_openvinos_fusions_map_to_the_graph_nodes_of_a_built_region():
+    """A real OpenVINO region (a Conv, a Relu and a Swish, x * Sigmoid(x), that it fuses)
+    built as refinement's incumbents are: its kernel's fused groups land on the graph nodes
+    whose ops they name, and on those between them it does not name (the Sigmoid), so an
+    island can be told it would cut them."""
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    if OpenVinoBackend.unavailable_reason():
+        pytest.skip(OpenVinoBackend.unavailable_reason())
+    import onnx.parser
+    module = collage_mlir.import_onnx(onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {\n'
+        '  c = Conv<pads=[1,1,1,1]>(x, w)\n  r = Relu(c)\n  s = Sigmoid(r)\n'
+        '  m = Mul(s, r)\n  y = Add(m, x)\n}'))
+    pristine = clone_module(module)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    pick = search(graph, [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino")],
+                  [1e-3], None)
+    incumbent = driver.build(module, pick)
+    live_pick = live(pristine, incumbent)
+    found = {"+".join(live_pick.graph.nodes[i].op_type for i in refine_mod.iter_bits(bits))
+             for _, bits in refine_mod.fusions(incumbent, live_pick)}
+    assert "Conv+Relu+Sigmoid+Mul" in found or {"Conv+Relu", "Sigmoid+Mul"} <= found
+
+
 @pytest.mark.parametrize("switch_ms, carved", [(0.2, 3), (0.3, 0)])
 def test_islands_gain_only_what_their_hand_offs_leave(doubles, switch_ms, carved):
     """fault runs each Neg 0.5 ms cheaper; an island inside the chain pays a hand-off in and
