@@ -15,11 +15,6 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   gets its per-op winners back one at a time.
 - **islands**: every single op of one type that another backend runs cheaper, carved out
   at once the same way (a model repeating an op its backend runs slowly).
-
-Islands never cut what one of the incumbent's kernels computes as one step (`Kernel.fused`:
-OpenVINO's fused Conv+activation, its attention): the measure table prices the parts alone,
-not the fusion a cut loses (MobileViT's attention carved onto onnxruntime ran 22% slower,
-though its parts alone were faster). The report says which fused kernels kept islands out.
 - **split**: a region re-cut on its own backend, as the search covers its nodes with that
   backend's measured candidates alone, then merged after the search (`search.merge`) as a
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
@@ -31,6 +26,11 @@ though its parts alone were faster). The report says which fused kernels kept is
   them over. The check
   times whole models only; where a backend cannot run the whole model, its greedy partition
   is the single-backend deployment the mix must beat (the RFC's "apparent loss").
+
+Islands never cut what one of the incumbent's kernels computes as one step (`Kernel.fused`:
+OpenVINO's fused Conv+activation, its attention): the measure table prices the parts alone,
+not the fusion a cut loses (MobileViT's attention carved onto onnxruntime ran 22% slower,
+though its parts alone were faster). The report says which fused kernels kept islands out.
 
 An island's remainder parts are the only regions of a neighbour no measuring worker has
 compiled and run; given the estimator, they are measured first, in its isolated workers, so
