@@ -36,7 +36,8 @@ An island's remainder parts are the only regions of a neighbour no measuring wor
 compiled and run; given the estimator, they are measured first, in its isolated workers, so
 a backend that crashes on one costs that neighbour, not the run (and the neighbour's
 estimate becomes a measured one); estimated then more than ESTIMATE_SLACK above the pick,
-it is not built. Each neighbour is built on a copy of the un-outlined
+it is not built (checked every REST_CHUNK parts, the parts not yet measured scaled as the
+measured ones came out). Each neighbour is built on a copy of the un-outlined
 module, reusing the incumbent's compiled kernels for every region it shares, run once and
 compared with the incumbent's outputs, then timed side by side, interleaved, with the
 incumbent — which is timed twice, and once more as a second build of its own regions
@@ -126,6 +127,10 @@ estimates err by up to ~15% either way, and compiling and timing it spends the b
 others need (MobileViT's islands, estimated 7-33% above the pick so measured, ran 9-38%
 slower). Flips, joins, splits and baselines are tried above the pick's estimate: testing
 it is what they are for."""
+REST_CHUNK = 8
+"""Island remainder parts measured at a time (`_measured_rests`): a neighbour of many
+islands whose first parts already put it past ESTIMATE_SLACK is dropped before the rest are
+measured (each is a compile and a timing in a worker)."""
 SPLIT = "split"
 ISLAND_RULE = "island-rest"
 """`rule_name` of the parts of a region around an island."""
@@ -491,7 +496,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             continue
         building = time.perf_counter()
         if estimator is not None:
-            nb, why = _measured_rests(nb, estimator, transition)
+            nb, why = _measured_rests(nb, estimator, transition, pick)
             if why:
                 record.building_s += time.perf_counter() - building
                 record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, why))
@@ -576,22 +581,48 @@ def _rebuilt(pristine: ir.Module, pick: Partitioning, rows: Rows, inputs: list,
 
 
 def _measured_rests(nb: Partitioning, estimator: CostEstimator,
-                    transition: TransitionCost | None) -> tuple[Partitioning, str]:
-    """`nb` with its island remainder parts measured (re-priced), or with the reason one
-    of them cannot run ("" when all can)."""
+                    transition: TransitionCost | None, pick: Partitioning
+                    ) -> tuple[Partitioning, str]:
+    """`nb` with its island remainder parts measured (re-priced), or with the reason it is
+    not built ("" when it may be): one of the parts cannot run, or, between chunks of
+    REST_CHUNK parts, its estimate with the parts not yet measured scaled as the measured
+    ones came out against their shares lies past ESTIMATE_SLACK above `pick`'s."""
     rests = [k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE]
     if not rests:
         return nb, ""
-    got = estimator.estimate([nb.choices[k].candidate for k in rests])
-    for k, cost in zip(rests, got, strict=True):
-        if not math.isfinite(cost):
-            c = nb.choices[k].candidate
-            why = estimator.reason(c) or "not measurable"
-            return nb, f"not built: the part of {c.backend}'s region around it: {why}"
-    measured = dict(zip(rests, got, strict=True))
-    choices = [Choice(ch.candidate, measured.get(k, ch.cost), ch.runner_up, ch.runner_up_cost)
+    measured: dict[int, float] = {}
+    for start in range(0, len(rests), REST_CHUNK):
+        chunk = rests[start:start + REST_CHUNK]
+        got = estimator.estimate([nb.choices[k].candidate for k in chunk])
+        for k, cost in zip(chunk, got, strict=True):
+            if not math.isfinite(cost):
+                c = nb.choices[k].candidate
+                why = estimator.reason(c) or "not measurable"
+                return nb, f"not built: the part of {c.backend}'s region around it: {why}"
+        measured.update(zip(chunk, got, strict=True))
+        if len(measured) == len(rests):
+            break
+        shares = sum(nb.choices[k].cost for k in measured)
+        guess = _repriced(nb, measured, sum(measured.values()) / shares if shares > 0 else 1.0,
+                          transition)
+        above = _above(guess, pick)
+        if above > ESTIMATE_SLACK:
+            return guess, (f"not built: estimated {above:.0%} above the pick, {len(measured)} "
+                           f"of the {len(rests)} parts around its islands measured and the "
+                           f"rest scaled alike (past the estimates' error, "
+                           f"{ESTIMATE_SLACK:.0%})")
+    return _repriced(nb, measured, 1.0, transition), ""
+
+
+def _repriced(nb: Partitioning, measured: Mapping[int, float], scale: float,
+              transition: TransitionCost | None) -> Partitioning:
+    """`nb` with the regions in `measured` at their measured cost, its other island
+    remainder parts at their share times `scale`."""
+    choices = [Choice(ch.candidate, measured[k] if k in measured else
+                      ch.cost * scale if ch.candidate.rule_name == ISLAND_RULE else ch.cost,
+                      ch.runner_up, ch.runner_up_cost)
                for k, ch in enumerate(nb.choices)]
-    return _replaced(nb, set(range(len(choices))), choices, transition), ""
+    return _replaced(nb, set(range(len(choices))), choices, transition)
 
 
 def build_neighbour(pristine: ir.Module, nb: Partitioning,

@@ -327,15 +327,16 @@ def test_a_whole_model_the_check_kept_is_refined_by_islands(monkeypatch):
     assert all(t.what.startswith("split") for t in model.refinement.trials)
 
 
-def whole_pick(n: int = 3):
-    """Neg, Relu, Neg, ... (n ops) run whole on numpy_test; single ops measured on both
-    backends, fault cheaper on each. Returns (pristine, incumbent, candidates, costs)."""
+def whole_pick(n: int = 3, whole_s: float = 2.5e-3):
+    """Neg, Relu, Neg, ... (n ops) run whole on numpy_test (estimated `whole_s`); single ops
+    measured on both backends, fault cheaper on each. Returns (pristine, incumbent,
+    candidates, costs)."""
     module = relu_chain(n)
     pristine = clone_module(module)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     ops = [node.index for node in graph.op_nodes()]
     cands = [CandidatePartition(SubGraph(graph, graph.op_bits), NUMPY)]
-    costs = [2.5e-3]
+    costs = [whole_s]
     for i in ops:
         for backend, cost in ((NUMPY, 1e-3), (FAULT, 0.5e-3)):
             cands.append(CandidatePartition(SubGraph(graph, 1 << i), backend))
@@ -635,3 +636,28 @@ def test_a_neighbour_estimated_past_the_slack_once_its_parts_are_measured_is_not
         assert all(t.why == "not built: estimated 20% above the pick (past the estimates' "
                    "error, 15%)" for t in negs)
         assert not [nb for nb in carved if len(nb.choices) == 2]  # no single Neg island
+
+
+@pytest.mark.parametrize("rest_ms, measured", [(1.0, 10), (4.0, 2)])
+def test_many_islands_stop_measuring_once_their_first_parts_put_them_past_the_slack(
+        doubles, monkeypatch, rest_ms, measured):
+    """11 Negs carved out of a 21-op chain estimated at 30 ms leave 10 single Relu parts
+    (shares of ~1.9 ms). Measured two at a time: at 1 ms each all ten are measured and the
+    neighbour is built; at 4 ms the first two put it ~50% above the pick, and the other
+    eight are never measured."""
+    pristine, incumbent, cands, costs = whole_pick(21, whole_s=30e-3)
+    monkeypatch.setattr(refine_mod, "REST_CHUNK", 2)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
+    double = DearRestsDouble(rest_ms * 1e-3)
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                  driver.report_rows, double)
+    what = f"islands {FAULT}: 11 x Neg out of {NUMPY}"
+    (trial,) = [t for t in record.trials if t.what == what]
+    relus = [c for c in double.asked if c.inside.bit_count() == 1
+             and c.sub_graph.graph.nodes[c.sub_graph.nodes[0]].op_type == "Relu"]
+    assert len(relus) == measured  # the archipelago's parts (other islands' are larger or Negs)
+    if measured == 10:
+        assert trial.measured_s is not None
+    else:
+        assert trial.measured_s is None and trial.why.startswith("not built: estimated ")
+        assert "2 of the 10 parts around its islands measured" in trial.why
