@@ -72,9 +72,10 @@ from collage_mlir.check.compare import (
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.worker import resident_bytes
-from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.export import exported_owners
+from collage_mlir.export import node_name as node_name_k
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.placement import node_name
@@ -221,21 +222,51 @@ def _cut(inside: int, fused: Sequence[Fusion]) -> list[Fusion]:
 
 def fusions(model: PartitionedModel, pick: Partitioning) -> list[Fusion]:
     """What `model`'s kernels each compute as one step (`Kernel.fused`), two or more op
-    nodes a group, over `pick` (`model`'s partitioning on a live copy of its graph)."""
+    nodes a group, over `pick` (`model`'s partitioning on a live copy of its graph).
+
+    A region's kernel names ops by their place in the function it was compiled from: an
+    outlined region (graph order), or, for a whole model the check kept, the model's own
+    function (its block order, which differs). For a whole region both readings are taken
+    and the one whose groups are compact kept: a real fusion's named ops lie next to each
+    other, a misread one's are scattered and their hulls long."""
     kernels = _kernels_by_region(model)
-    ops = pick.graph.op_bits
     out = []
     for ch in pick.choices:
         kernel = kernels.get((ch.candidate.backend, ch.candidate.inside))
-        if kernel is None:
+        if kernel is None or not kernel.fused():
             continue
-        owners = exported_owners(ch.candidate.sub_graph)
-        for names in kernel.fused():  # the names can skip a member (a Swish's Sigmoid)
-            named = sum(1 << owners[n] for n in set(names) if n in owners) & ops
-            bits = pick.graph.hull(named) & ops if named.bit_count() > 1 else 0
-            if bits:
-                out.append((ch.candidate.backend, bits))
+        readings = [exported_owners(ch.candidate.sub_graph)]
+        if ch.candidate.inside == pick.graph.op_bits:
+            readings.append(_function_owners(pick.graph))
+        groups = min((_groups(pick.graph, kernel.fused(), owners) for owners in readings),
+                     key=lambda gs: sum(h.bit_count() - n.bit_count() for n, h in gs))
+        out += [(ch.candidate.backend, hull) for _, hull in groups]
     return out
+
+
+def _groups(graph: DataflowGraph, fused: Sequence[tuple[str, ...]],
+            owners: Mapping[str, int]) -> list[tuple[int, int]]:
+    """(named op nodes, their hull) of each group of two or more (the names can skip a
+    member: a fused Swish does not name its Sigmoid)."""
+    out = []
+    for names in fused:
+        named = sum(1 << owners[n] for n in set(names) if n in owners) & graph.op_bits
+        if named.bit_count() > 1:
+            out.append((named, graph.hull(named) & graph.op_bits))
+    return out
+
+
+def _function_owners(graph: DataflowGraph) -> dict[str, int]:
+    """`exported_owners` for `graph`'s whole function exported as it is: node `node_name(k)`
+    is its k-th op in block order, a result's name stands for the node producing it."""
+    index = {n.op: n.index for n in graph.nodes if n.op is not None}
+    block = [op.operation for op in graph.func_op.regions[0].blocks[0].operations]
+    owners = {node_name_k(k): index[op] for k, op in enumerate(block[:-1]) if op in index}
+    producer = {v: n.index for n in graph.nodes for v in n.values}
+    _, outs = io_names(graph.func_op)
+    owners.update((name, producer[v]) for name, v in zip(outs, block[-1].operands, strict=True)
+                  if v in producer)
+    return owners
 
 
 def kept_whole(pick: Partitioning, candidates: Sequence[CandidatePartition],
