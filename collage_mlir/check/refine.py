@@ -227,8 +227,8 @@ def fusions(model: PartitionedModel, pick: Partitioning) -> list[Fusion]:
     A region's kernel names ops by their place in the function it was compiled from: an
     outlined region (graph order), or, for a whole model the check kept, the model's own
     function (its block order, which differs). For a whole region both readings are taken
-    and the one whose groups are compact kept: a real fusion's named ops lie next to each
-    other, a misread one's are scattered and their hulls long."""
+    and the one least like a misreading kept (`_misread`): a real fusion's named ops are
+    connected and lie next to each other, and each export has its own result names."""
     kernels = _kernels_by_region(model)
     out = []
     for ch in pick.choices:
@@ -238,10 +238,32 @@ def fusions(model: PartitionedModel, pick: Partitioning) -> list[Fusion]:
         readings = [exported_owners(ch.candidate.sub_graph)]
         if ch.candidate.inside == pick.graph.op_bits:
             readings.append(_function_owners(pick.graph))
-        groups = min((_groups(pick.graph, kernel.fused(), owners) for owners in readings),
-                     key=lambda gs: sum(h.bit_count() - n.bit_count() for n, h in gs))
-        out += [(ch.candidate.backend, hull) for _, hull in groups]
+        fused = kernel.fused()
+        owners = min(readings, key=lambda o: _misread(pick.graph, fused, o))
+        out += [(ch.candidate.backend, hull) for _, hull in _groups(pick.graph, fused, owners)]
     return out
+
+
+def _misread(graph: DataflowGraph, fused: Sequence[tuple[str, ...]],
+             owners: Mapping[str, int]) -> tuple[int, int, int]:
+    """How unlike fusions `fused` read through `owners` is: its groups that are not
+    connected, the names it cannot place, the nodes hulls add to what they name."""
+    groups = _groups(graph, fused, owners)
+    return (sum(not _connected(graph, hull) for _, hull in groups),
+            sum(n not in owners for names in fused for n in names),
+            sum(hull.bit_count() - named.bit_count() for named, hull in groups))
+
+
+def _connected(graph: DataflowGraph, bits: int) -> bool:
+    """Whether `bits` is one piece along the graph's edges (either way)."""
+    seen = frontier = bits & -bits
+    while frontier:
+        near = 0
+        for i in iter_bits(frontier):
+            near |= graph.nodes[i].preds | graph.nodes[i].succs
+        frontier = near & bits & ~seen
+        seen |= frontier
+    return seen == bits
 
 
 def _groups(graph: DataflowGraph, fused: Sequence[tuple[str, ...]],

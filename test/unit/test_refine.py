@@ -22,7 +22,7 @@ from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check import refine as refine_mod
 from collage_mlir.check.compare import Timing
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.dialects.func import public_functions
+from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime.model import clone_module
 from collage_mlir.runtime.report import SCHEMA_PATH, format_trials
@@ -440,6 +440,42 @@ def test_openvinos_fusions_map_to_the_graph_nodes_of_a_built_region():
     found = {"+".join(live_pick.graph.nodes[i].op_type for i in refine_mod.iter_bits(bits))
              for _, bits in refine_mod.fusions(incumbent, live_pick)}
     assert "Conv+Relu+Sigmoid+Mul" in found or {"Conv+Relu", "Sigmoid+Mul"} <= found
+
+
+def test_a_whole_model_kernel_compiled_in_the_functions_own_order_is_read_right():
+    """The check's whole model is compiled from the model's function, whose ops (Exp, then
+    Conv, Relu) are not in graph order (Conv, Relu, Exp): read in graph order, its fused
+    Conv+Relu would land on the Exp and the Add, and the group naming the model's output
+    `y` would not be placed. Both readings are taken and the one that places every name
+    kept."""
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    from collage_mlir.check.compare import whole_model_kernel
+    from collage_mlir.graph.outline import outline_placed, region_name
+    from collage_mlir.runtime.model import PartitionedModel
+    if OpenVinoBackend.unavailable_reason():
+        pytest.skip(OpenVinoBackend.unavailable_reason())
+    import onnx.parser
+    module = collage_mlir.import_onnx(onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {\n'
+        '  e = Exp(x)\n  c = Conv<pads=[1,1,1,1]>(x, w)\n  r = Relu(c)\n'
+        '  y = Add(r, e)\n}'))
+    pristine = clone_module(module)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    assert [n.op_type for n in graph.op_nodes()][:3] == ["Conv", "Relu", "Exp"]
+    kernel = whole_model_kernel(pristine, "openvino")  # as the probe compiles it
+    pick = search(graph, [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino")],
+                  [1e-3], None)
+    rows = driver.report_rows(pick)
+    outline_placed(graph, [(k, c.candidate.sub_graph, c.candidate.backend, c.cost)
+                           for k, c in enumerate(pick.choices)])
+    name = region_name(function_name(public_functions(module)[0]), "openvino", 0)
+    incumbent = PartitionedModel.from_module(module, prebuilt={name: kernel}, report_rows=rows,
+                                             estimated_cost=1e-3, partitioning=pick)
+    live_pick = live(pristine, incumbent)
+    found = {"+".join(live_pick.graph.nodes[i].op_type for i in refine_mod.iter_bits(bits))
+             for _, bits in refine_mod.fusions(incumbent, live_pick)}
+    assert "Conv+Relu" in found and all(f in ("Conv+Relu", "Exp+Add") for f in found)
 
 
 @pytest.mark.parametrize("switch_ms, carved", [(0.2, 3), (0.3, 0)])
