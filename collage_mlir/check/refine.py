@@ -249,21 +249,9 @@ def _misread(graph: DataflowGraph, fused: Sequence[tuple[str, ...]],
     """How unlike fusions `fused` read through `owners` is: its groups that are not
     connected, the names it cannot place, the nodes hulls add to what they name."""
     groups = _groups(graph, fused, owners)
-    return (sum(not _connected(graph, hull) for _, hull in groups),
+    return (sum(not graph.connected(hull) for _, hull in groups),
             sum(n not in owners for names in fused for n in names),
             sum(hull.bit_count() - named.bit_count() for named, hull in groups))
-
-
-def _connected(graph: DataflowGraph, bits: int) -> bool:
-    """Whether `bits` is one piece along the graph's edges (either way)."""
-    seen = frontier = bits & -bits
-    while frontier:
-        near = 0
-        for i in iter_bits(frontier):
-            near |= graph.nodes[i].preds | graph.nodes[i].succs
-        frontier = near & bits & ~seen
-        seen |= frontier
-    return seen == bits
 
 
 def _groups(graph: DataflowGraph, fused: Sequence[tuple[str, ...]],

@@ -163,6 +163,17 @@ class DataflowGraph:
         return bits | sum(1 << j for j in iter_bits(below & ~bits)
                           if self.downstream[j] & bits)
 
+    def connected(self, bits: int) -> bool:
+        """Whether `bits` is one piece along the graph's edges (either way)."""
+        seen = frontier = bits & -bits
+        while frontier:
+            near = 0
+            for i in iter_bits(frontier):
+                near |= self.nodes[i].preds | self.nodes[i].succs
+            frontier = near & bits & ~seen
+            seen |= frontier
+        return seen == bits
+
     def node_of(self, op: ir.Operation) -> Node:
         for n in self.nodes:
             if n.op is not None and n.op == op.operation:
