@@ -14,6 +14,7 @@ from weakref import WeakKeyDictionary
 from collage_mlir.backends.base import Backend
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.candidate import CandidatePartition
+from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.rules.base import PartitionRule, RuleContext, dedupe
 
@@ -43,9 +44,17 @@ class PartitionSpec:
         return self.rule
 
     def supported(self, graph: DataflowGraph) -> int:
-        """The op nodes of `graph` the backend can run (asked once per graph)."""
+        """The op nodes of `graph` the backend can run (asked once per graph). A backend whose
+        own query crashes is a CollageError naming it, not an internal error."""
         if graph not in self._supported:
-            self._supported[graph] = self.resolve_backend().capability(graph) & graph.op_bits
+            try:
+                bits = self.resolve_backend().capability(graph)
+            except Exception as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise CollageError(f"backend '{self.backend_name}' could not say which ops of "
+                                   f"this model it runs ({first}); leave it out with "
+                                   "--backends") from e
+            self._supported[graph] = bits & graph.op_bits
         return self._supported[graph]
 
     def candidates(self, graph: DataflowGraph, config: SubGraphConfig) -> list[CandidatePartition]:

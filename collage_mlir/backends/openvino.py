@@ -223,9 +223,12 @@ class OpenVinoBackend(Backend):
         with model_source(proto, store_of(graph.func_op.parent)) as source:
             try:
                 model = read_onnx(self.core, source)
-            except Exception:  # an op the ONNX frontend cannot read: ask op by op instead
+                supported = set(self.core.query_model(model, DEVICE, self.config()))
+            except Exception:
+                # an op the ONNX frontend cannot read, or one whose transformation throws
+                # during the query (OpenVINO 2026.4's Einsum decomposition on an ellipsis outer
+                # product, '...nd,...ne->...nde'): it fails the whole model, so ask op by op
                 return self._capability_by_probe(graph)
-            supported = set(self.core.query_model(model, DEVICE, self.config()))
         return supported_nodes(model, supported, graph, tensor_owners(proto)) & graph.op_bits
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:

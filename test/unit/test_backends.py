@@ -151,6 +151,25 @@ def test_openvino_capability_maps_query_model_back_to_nodes(
     assert backend.capability(graph) == bits & ~(1 << victim.index)
 
 
+PERFORMER_OUTER = '''g (float[1,2,4,8] k, float[1,2,4,6] v) => (float[1,2,4,8,6] y) {
+  r = Relu(k)
+  o = Einsum<equation="...nd,...ne->...nde">(r, v)
+  axis = Constant<value=int64 {-3}>()
+  y = CumSum(o, axis)
+}'''
+"""A causal Performer's outer product (performer-pytorch's non-CUDA path): OpenVINO's Einsum
+decomposition throws on it, in `query_model` as in `compile_model`."""
+
+
+def test_openvino_capability_leaves_out_an_op_that_fails_its_whole_model_query() -> None:
+    backend = _backend("openvino")
+    graph = _graph(PERFORMER_OUTER)
+    einsum = next(n for n in graph.op_nodes() if n.op_type == "Einsum")
+    with pytest.raises(Exception):  # noqa: B017 - OpenVINO raises a bare RuntimeError
+        backend.compile(SubGraph(graph, graph.op_bits).extract())
+    assert backend.capability(graph) == graph.op_bits & ~(1 << einsum.index)
+
+
 def test_iree_capability_agrees_with_real_compiles() -> None:
     backend = _backend("iree")
     singles, claimed = [], []

@@ -287,6 +287,18 @@ def test_unknown_backend_is_a_clear_error():
         generate_candidates(chain("Relu"), [PartitionSpec("nope")])
 
 
+def test_a_backend_whose_capability_query_crashes_is_a_clear_error():
+    class CrashingBackend(FixedBackend):
+        """Test double: its capability query raises, as a backend's own bug would."""
+
+        def capability(self, graph: DataflowGraph) -> int:
+            raise RuntimeError("Exception from core.cpp:256:\nmore detail")
+
+    with pytest.raises(CollageError, match=r"backend 'crash' could not say which ops .*"
+                                           r"\(Exception from core.cpp:256:\); leave it out"):
+        generate_candidates(chain("Relu"), [PartitionSpec("crash", backend=CrashingBackend())])
+
+
 def test_serialization_round_trip():
     g = chain("Conv", "Relu", "Relu")
     specs = [PartitionSpec("a", graph_rule(), FixedBackend()),
