@@ -12,7 +12,7 @@ In this MLIR port a candidate is always extracted into its own function, so "Com
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from collections.abc import Callable, Iterable, Sequence
 
 from collage_mlir.candidate import CandidatePartition
@@ -94,6 +94,10 @@ class HostRule(PartitionRule):
                 if self.predicate(g, g.nodes[i])]
 
 
+MAX_PER_NODE = 128
+"""Sets one node takes part in at most, per CombineRule run (`CombineRule`)."""
+
+
 class CombineRule(PartitionRule):
     """The sub-candidates plus every union reachable by joining adjacent candidates.
 
@@ -101,19 +105,30 @@ class CombineRule(PartitionRule):
     union is valid under `config` (the context's config when None). This is a worklist, not
     rounds over all pairs: each new candidate only meets the candidates that contain one of
     its input or output nodes (a per-node index), so the work grows with the number of
-    candidates times their boundary, not quadratically.
+    candidates times their boundary, not quadratically. Sets are expanded smallest first,
+    each meeting only sets no larger than itself (the larger one meets it when its turn
+    comes): every set smaller than the one expanded already exists, so nothing is missed,
+    and the sets are found in order of size.
 
     Invalid unions are pruned early (as in TVM), which is exact for single-exit configs: a
     valid single-exit set minus one of its sources is still valid, so every such set grows
     from singletons. With `max_exits > 1` a fan-out (Split feeding two ops) needs a tapped
     intermediate, so unions within `exit_slack` extra exits, taps allowed, are grown further
     but not proposed. Sets that need a wider detour are still missed.
+
+    A node takes part in at most `max_per_node` sets, the first found (so the smaller
+    ones): joining any subset of a wide node's producers is
+    a valid union, and a Concat of 128 chunk results (a causal Performer's) would otherwise
+    stand for 2^128 candidates. On the exported zoo no node is in more than 43 sets but
+    the Concats of MobileViT (277), SegFormer and UperNet (99).
     """
 
     def __init__(self, sub_rule: PartitionRule, combiners: Iterable[CombinerRule],
                  config: SubGraphConfig | None = None, name: str = "combine",
-                 max_candidates: int = 100_000, exit_slack: int = 1) -> None:
+                 max_candidates: int = 100_000, exit_slack: int = 1,
+                 max_per_node: int = MAX_PER_NODE) -> None:
         self.name, self.sub_rule = name, sub_rule
+        self.max_per_node = max_per_node
         self.exit_slack = exit_slack
         self.combiners = list(combiners)
         self.config = config
@@ -139,14 +154,14 @@ class _Combiner:
         self.found: dict[int, CandidatePartition] = {}
         self.tried: set[int] = set()
         self.by_node: dict[int, list[int]] = {}
-        self.work: deque[int] = deque()
+        self.work: list[tuple[int, int, int]] = []  # heap of (size, arrival, set)
 
     def run(self) -> list[CandidatePartition]:
         for c in self.rule.sub_rule.all_candidates(self.ctx):
             if c.inside not in self.found:
                 self._add(c.inside, c)
         while self.work and len(self.found) < self.rule.max_candidates:
-            self._expand(self.work.popleft())
+            self._expand(heapq.heappop(self.work)[2])
         return list(self.found.values())
 
     def _add(self, inside: int, candidate: CandidatePartition | None) -> None:
@@ -156,17 +171,20 @@ class _Combiner:
         self.tried.add(inside)
         for i in iter_bits(inside):
             self.by_node.setdefault(i, []).append(inside)
-        self.work.append(inside)
+        heapq.heappush(self.work, (inside.bit_count(), len(self.tried), inside))
 
     def _expand(self, a: int) -> None:
         sub = self.ctx.sub_graph(a)
         op_bits = self.ctx.graph.op_bits
+        size = a.bit_count()
         for o in iter_bits(sub.output_bits & op_bits):
             for b in list(self.by_node.get(o, ())):
-                self._try(a, b)
+                if b.bit_count() <= size:
+                    self._try(a, b)
         for i in iter_bits(sub.input_bits & op_bits):
             for b in list(self.by_node.get(i, ())):
-                self._try(b, a)
+                if b.bit_count() <= size:
+                    self._try(b, a)
 
     def _try(self, upstream: int, downstream: int) -> None:
         union = upstream | downstream
@@ -175,6 +193,8 @@ class _Combiner:
         if not any(c.fires(self.ctx, upstream, downstream) for c in self.rule.combiners):
             return  # not marked tried: another pair may still produce this union
         self.tried.add(union)
+        if any(len(self.by_node.get(i, ())) >= self.rule.max_per_node for i in iter_bits(union)):
+            return
         sub = SubGraph(self.ctx.graph, union)  # not cached in ctx unless it is kept
         if sub.is_valid(self.config):
             self.ctx.remember(sub)

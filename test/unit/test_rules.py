@@ -222,6 +222,26 @@ def test_combine_work_grows_linearly_not_quadratically():
     assert calls[1] < 5 * calls[0], f"4x the graph cost {calls[1] / calls[0]:.1f}x the calls"
 
 
+def test_a_wide_concat_takes_part_in_a_bounded_number_of_sets_the_smallest_first():
+    """Every subset of a Concat's producers joins it validly: 2^20 sets here without a cap."""
+    fan_in = 20
+    lines = [op(f"%r{k}", "Relu", "%x") for k in range(fan_in)]
+    lines += [op("%c", "Concat", ", ".join(f"%r{k}" for k in range(fan_in))),
+              op("%y", "Sigmoid", "%c"), f"  return %y : {T}"]
+    g = graph(lines)
+    (concat,) = [n for n in ops_of(g) if g.nodes[n].op_type == "Concat"]
+    relus = [n for n in ops_of(g) if g.nodes[n].op_type == "Relu"]
+    cap = 64
+    got = CombineRule(OpPredicateRule(), [JoinAnythingCombiner()], max_per_node=cap
+                      ).all_candidates(ctx(g, max_depth=3))
+    per_node = {n: sum(1 for c in got if c.inside >> n & 1) for n in ops_of(g)}
+    assert max(per_node.values()) == cap
+    insides = {c.inside for c in got}
+    assert all(1 << n in insides for n in ops_of(g)), "every single op stays a candidate"
+    assert all(1 << concat | 1 << r in insides for r in relus), "the smallest joins come first"
+    assert len(got) < 2 * cap + fan_in + 2
+
+
 # -- maximal regions ------------------------------------------------------------------------
 
 def test_maximal_regions_split_non_convex_support():
