@@ -35,7 +35,7 @@ import numpy as np
 FIXTURES = [("tiny_bert", "torchscript"), ("tiny_gpt2", "torchscript"),
             ("tiny_mobilenet_v2", "torchscript"), ("tiny_deepspeech2", "torchscript"),
             ("tiny_llama", "torchscript"), ("tiny_bert_token_types", "torchscript"),
-            ("tiny_opt", "dynamo")]  # + tiny_bert with dynamic batch, by each exporter
+            ("tiny_opt", "dynamo"), ("tiny_performer", "torchscript")]  # + tiny_bert with dynamic batch, by each exporter
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,37 @@ def _fast_neural_style() -> Callable[[], object]:
     return build
 
 
+def _performer(depth: int, dim: int, heads: int, seq: int, vocab: int = 20000
+               ) -> Callable[[], object]:
+    """A causal Performer language model (Choromanski et al. 2021) as `performer-pytorch`
+    builds it, returning its encodings. Without that package's CUDA kernel (never on a CPU)
+    causal attention is its `causal_linear_attention_noncuda`: the sequence cut into 128
+    chunks, each an outer product, cumulative sums and einsums, then one Concat of 128, so
+    a layer is ~2,000 ONNX ops. Needs `pip install performer-pytorch` besides the bench
+    extra."""
+    def build():
+        torch, _ = _require()
+        try:
+            from performer_pytorch import PerformerLM
+        except ImportError as e:
+            raise ImportError(f"the performer model needs performer-pytorch ({e}): "
+                              "pip install performer-pytorch") from e
+
+        lm = PerformerLM(num_tokens=vocab, max_seq_len=seq, dim=dim, depth=depth,
+                         heads=heads, causal=True, feature_redraw_interval=None)
+
+        class Encodings(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lm = lm
+
+            def forward(self, input_ids):
+                return self.lm(input_ids, return_encodings=True)
+
+        return Encodings()
+    return build
+
+
 ZOO: dict[str, ZooModel] = {
     "bert_base": ZooModel(_encoder("BertModel", "BertConfig"), _tokens(30522, 128),
                           "last_hidden_state"),
@@ -249,6 +280,11 @@ ZOO: dict[str, ZooModel] = {
     # pay: docs/results.md)
     "mobilevit_seg": ZooModel(_segmenter("MobileViTForSemanticSegmentation", "MobileViTConfig",
                                          21), _image(512), "probabilities"),
+    # a causal Performer (linear attention, performer-pytorch's CPU path; 1 layer of 256 at
+    # 256 tokens is ~2,000 ops): OpenVINO cannot compile it whole (its Einsum decomposition
+    # throws on the outer product); IREE runs it ~4x faster than onnxruntime
+    "performer_lm": ZooModel(_performer(depth=1, dim=256, heads=8, seq=256),
+                             {"input_ids": ((1, 256), "tokens:20000")}, "last_hidden_state"),
     # small ones for tests (committed under test/data/exported, each well under 1 MB)
     "tiny_bert": ZooModel(_encoder("BertModel", "BertConfig", num_hidden_layers=2,
                                    hidden_size=64, num_attention_heads=2,
@@ -275,6 +311,8 @@ ZOO: dict[str, ZooModel] = {
                                   ffn_dim=128, num_attention_heads=2, word_embed_proj_dim=64,
                                   vocab_size=1000, max_position_embeddings=64),
                          _tokens(1000, 16), "last_hidden_state"),
+    "tiny_performer": ZooModel(_performer(depth=1, dim=16, heads=2, seq=256, vocab=1000),
+                               {"input_ids": ((1, 256), "tokens:1000")}, "last_hidden_state"),
     "tiny_llama": ZooModel(_encoder("LlamaModel", "LlamaConfig", num_hidden_layers=2,
                                     hidden_size=64, intermediate_size=128,
                                     num_attention_heads=4, num_key_value_heads=2,

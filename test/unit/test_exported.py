@@ -4,6 +4,7 @@ real backends from the original file, and compute what torch computed."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,18 @@ import pytest
 import collage_mlir
 from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.dialects.func import public_functions
+from collage_mlir.dialects.onnx import attribute_value, attributes
+from collage_mlir.driver import annotate, entry_graph
 from collage_mlir.errors import CollageError
+from collage_mlir.graph import SubGraphConfig
+from collage_mlir.graph.bits import iter_bits
+from collage_mlir.rules.combinators import MAX_PER_NODE
 from collage_mlir.tensors import index_bounds, model_inputs
 from collage_mlir.tools import cli
 
 DATA = Path(__file__).parents[1] / "data" / "exported"
 MODELS = ["tiny_bert", "tiny_gpt2", "tiny_mobilenet_v2", "tiny_deepspeech2", "tiny_llama",
-          "tiny_bert_token_types", "tiny_opt_dynamo"]
+          "tiny_bert_token_types", "tiny_opt_dynamo", "tiny_performer"]
 
 
 def _reference(name: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -121,6 +127,27 @@ def test_llama_split_across_backends_computes_what_torch_did(tmp_path) -> None:
     for runner in (model, loaded):
         (got,) = runner.run(feeds)
         assert _relative(got, want) < 1e-4
+
+
+def test_a_causal_performer_annotates_in_bounds_without_what_openvino_cannot_compile() -> None:
+    """performer-pytorch's CPU path: 128 chunks, each an outer product whose Einsum OpenVINO's
+    decomposition throws on (its whole-model query too), joined by one Concat of 128."""
+    module = collage_mlir.import_onnx(DATA / "tiny_performer.onnx")
+    feeds, want = _reference("tiny_performer")
+    (got,) = whole_model_runner(module, "onnxruntime")(list(feeds.values()))
+    assert _relative(got, want) < 1e-4
+    graph = entry_graph(module)
+    outer = sum(1 << n.index for n in graph.op_nodes() if n.op_type == "Einsum" and
+                attribute_value(attributes(n.op)["equation"]) == "...nd,...ne->...nde")
+    assert outer.bit_count() == 128
+    candidates = annotate(graph, ["onnxruntime", "openvino"], SubGraphConfig(max_depth=3))
+    on = {b: [c.inside for c in candidates if c.backend == b] for b in ("onnxruntime", "openvino")}
+    assert on["openvino"] and not any(bits & outer for bits in on["openvino"])
+    assert any(bits & outer for bits in on["onnxruntime"])
+    for sets in on.values():  # the Concat of 128 would otherwise join 2^128 sets
+        per_node = Counter(i for bits in sets for i in iter_bits(bits))
+        assert max(per_node.values()) <= MAX_PER_NODE + 1  # and its maximal region
+        assert len(sets) < 4 * graph.op_bits.bit_count()
 
 
 @pytest.mark.parametrize("name, narrowed", [("tiny_bert_token_types", {"token_type_ids": 2}),
