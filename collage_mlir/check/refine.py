@@ -79,7 +79,7 @@ from collage_mlir.export import node_name as node_name_k
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.placement import node_name
-from collage_mlir.runtime.model import PartitionedModel, clone_module
+from collage_mlir.runtime.model import PartitionedModel, PastDeadline, clone_module
 from collage_mlir.runtime.report import ReportRow, Trial
 from collage_mlir.search.merge import coalesce
 from collage_mlir.search.partitioning import (
@@ -553,9 +553,14 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                                        f"not built: estimated {above:.0%} above the pick "
                                        f"(past the estimates' error, {ESTIMATE_SLACK:.0%})"))
             continue
+        limit_s = budget_s - (time.perf_counter() - start) - timing_s(
+            len(built) + 1, record.run_s, with_control)
         try:
-            model = build_neighbour(pristine, nb, incumbent, rows)
+            model = build_neighbour(pristine, nb, incumbent, rows, limit_s)
             wrong = compare(model.run(inputs), reference, tol)
+        except PastDeadline as e:  # the budget is spent: what is left goes to timing
+            wrong = (f"not built: the budget ran out while compiling it ({e.compiled} of "
+                     f"{e.regions} regions compiled)")
         except Exception as e:  # a neighbour that fails is not kept; the run goes on
             wrong = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         record.building_s += time.perf_counter() - building
@@ -667,9 +672,11 @@ def _repriced(nb: Partitioning, measured: Mapping[int, float], scale: float,
 
 
 def build_neighbour(pristine: ir.Module, nb: Partitioning,
-                    incumbent: PartitionedModel | None, rows: Rows) -> PartitionedModel:
+                    incumbent: PartitionedModel | None, rows: Rows,
+                    limit_s: float | None = None) -> PartitionedModel:
     """`nb` outlined on a copy of `pristine` and compiled, its regions shared with the
-    incumbent taking the incumbent's kernels (none shared without an incumbent)."""
+    incumbent taking the incumbent's kernels (none shared without an incumbent); a build
+    taking longer than `limit_s` stops with PastDeadline (`PartitionedModel.from_module`)."""
     module = clone_module(pristine)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     rebased = _rebased(nb, graph)
@@ -685,7 +692,7 @@ def build_neighbour(pristine: ir.Module, nb: Partitioning,
                            for k, c in enumerate(rebased.choices)])
     return PartitionedModel.from_module(module, prebuilt=prebuilt, report_rows=report,
                                         estimated_cost=rebased.total_cost,
-                                        partitioning=rebased)
+                                        partitioning=rebased, limit_s=limit_s)
 
 
 def _kernels_by_region(model: PartitionedModel) -> Mapping[tuple[str, int], Kernel]:

@@ -51,6 +51,16 @@ if TYPE_CHECKING:
     from collage_mlir.search.partitioning import Partitioning
 
 FORMAT = "collage_mlir.partitioned/1"
+DEADLINE_CHUNK = 16
+"""Regions compiled at a time when a build has a time limit (checked between batches)."""
+
+
+class PastDeadline(CollageError):
+    """A build stopped at its time limit, with `compiled` of its `regions` compiled."""
+
+    def __init__(self, compiled: int, regions: int) -> None:
+        super().__init__(f"past its time limit with {compiled} of {regions} regions compiled")
+        self.compiled, self.regions = compiled, regions
 
 
 def region_module(fn: ir.Operation) -> ir.Module:
@@ -145,25 +155,38 @@ class PartitionedModel:
     @classmethod
     def from_module(cls, module: ir.Module, backend_options: Mapping[str, dict] | None = None,
                     saved: Mapping[str, str] | None = None,
-                    prebuilt: Mapping[str, Kernel] | None = None, **kwargs) -> PartitionedModel:
+                    prebuilt: Mapping[str, Kernel] | None = None,
+                    limit_s: float | None = None, **kwargs) -> PartitionedModel:
         """Compile every region function of an outlined module on its backend; a region
         named in `saved` (region → file stem, written by `save_kernel`) is loaded from
         there instead (`check/isolated.py` compiles in a probe process first), and one
         named in `prebuilt` takes that kernel (compiled for an identical region function
-        of another module: `check/refine.py` shares them between neighbours)."""
+        of another module: `check/refine.py` shares them between neighbours). With
+        `limit_s`, regions compile DEADLINE_CHUNK at a time and the build stops with
+        PastDeadline once it has taken longer."""
         backends, kernels = {}, {}
         by_backend: dict[str, list[str]] = defaultdict(list)
         regions = region_functions(module)
         for name, fn in regions.items():
             by_backend[ir.StringAttr(fn.attributes[collage.BACKEND]).value].append(name)
         saved, prebuilt = saved or {}, prebuilt or {}
+        to_compile = sum(n not in saved and n not in prebuilt for n in regions)
+        done = 0
+        deadline = None if limit_s is None else time.perf_counter() + limit_s
         for backend_name, names in sorted(by_backend.items()):
             backend = get_backend(backend_name, **(backend_options or {}).get(backend_name, {}))
             backends[backend_name] = backend
             kernels.update({n: prebuilt[n] for n in names if n in prebuilt})
             fresh = [n for n in names if n not in saved and n not in prebuilt]
-            compiled = dict(zip(fresh, backend.compile_many(
-                [region_module(regions[n]) for n in fresh]) if fresh else [], strict=True))
+            step = DEADLINE_CHUNK if deadline is not None else max(len(fresh), 1)
+            compiled: dict[str, Kernel | Exception] = {}
+            for at in range(0, len(fresh), step):
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise PastDeadline(done, to_compile)
+                batch = fresh[at:at + step]
+                compiled.update(zip(batch, backend.compile_many(
+                    [region_module(regions[n]) for n in batch]), strict=True))
+                done += len(batch)
             for n in (n for n in names if n not in prebuilt):
                 k = compiled[n] if n in compiled else _saved_kernel(backend, regions[n],
                                                                     saved[n])

@@ -24,6 +24,7 @@ from collage_mlir.check.compare import Timing
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
+from collage_mlir.runtime import model as model_mod
 from collage_mlir.runtime.model import clone_module
 from collage_mlir.runtime.report import SCHEMA_PATH, format_trials
 from collage_mlir.search.partitioning import Choice, Partitioning, evaluate
@@ -257,6 +258,45 @@ def test_no_more_neighbours_are_built_than_the_budget_left_can_time(doubles, mon
     assert len(record.trials) - len(left) == tried
     assert left and all(f"the budget would not time it ({budget:.1f} s" in t.why for t in left)
     assert rounds[0] == refine_mod.MIN_ROUNDS  # one round more would not fit either
+
+
+def test_a_build_stops_at_its_time_limit_between_batches_of_regions(doubles, monkeypatch):
+    """Regions compile DEADLINE_CHUNK at a time under a limit; each batch here takes 1 s of
+    the model's clock (a test clock), so a 1.5 s limit stops the build after two."""
+    pristine, incumbent, _, _ = chain_pick()
+    clock = SlowClock(incumbent, 0.0)
+    monkeypatch.setattr(model_mod, "time", clock)
+    monkeypatch.setattr(model_mod, "DEADLINE_CHUNK", 1)
+    compile_many = NumpyTestBackend.compile_many
+
+    def slow(self, modules):
+        clock.now += 1.0
+        return compile_many(self, modules)
+    monkeypatch.setattr(NumpyTestBackend, "compile_many", slow)
+    pick = live(pristine, incumbent)
+    with pytest.raises(model_mod.PastDeadline, match="with 2 of 3 regions compiled"):
+        refine_mod.build_neighbour(pristine, pick, None, driver.report_rows, limit_s=1.5)
+    assert len(refine_mod.build_neighbour(pristine, pick, None, driver.report_rows,
+                                          limit_s=3.5).plan.steps) == 3
+
+
+def test_a_neighbour_past_the_budget_while_compiling_is_reported_not_built(doubles,
+                                                                         monkeypatch):
+    """Refinement gives each build what its budget leaves beside the timing it still needs,
+    and reports a build stopped there rather than running past its budget."""
+    pristine, incumbent, cands, costs = chain_pick()
+    limits = []
+
+    def stopped(pristine, nb, incumbent, rows, limit_s=None):
+        limits.append(limit_s)
+        raise model_mod.PastDeadline(1, 2)
+    monkeypatch.setattr(refine_mod, "build_neighbour", stopped)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 60.0,
+                                       driver.report_rows)
+    assert better is None and limits and all(0 < s < 60.0 for s in limits)
+    assert all(t.why == "not built: the budget ran out while compiling it (1 of 2 regions "
+               "compiled)" for t in record.trials if not t.why.startswith("not tried"))
 
 
 def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
