@@ -299,6 +299,43 @@ def test_a_neighbour_past_the_budget_while_compiling_is_reported_not_built(doubl
                "compiled)" for t in record.trials if not t.why.startswith("not tried"))
 
 
+@pytest.mark.parametrize("neighbour_s, timed", [(0.1, False), (0.012, True)])
+def test_a_neighbour_clearly_slower_in_one_run_is_not_timed(doubles, monkeypatch, neighbour_s,
+                                                           timed):
+    """Runs of the pick take 10 ms (refine's clock, a test clock): a neighbour taking 100 ms
+    a run is reported slower on its own runs and never timed side by side; one taking 12 ms
+    is within what timing must settle."""
+    pristine, incumbent, cands, costs = chain_pick()
+    clock = SlowClock(incumbent, 0.01)
+    monkeypatch.setattr(refine_mod, "time", clock)
+    build = refine_mod.build_neighbour
+
+    def slow_build(*args):
+        model = build(*args)
+        run = model.run
+
+        def slow_run(inputs):
+            clock.now += neighbour_s
+            return run(inputs)
+        model.run = slow_run
+        return model
+    monkeypatch.setattr(refine_mod, "build_neighbour", slow_build)
+    calls = []
+    timer = timings_by(lambda n: 1e-3)
+
+    def counting(runners, inputs, **kw):
+        calls.append(sorted(runners))
+        return timer(runners, inputs, **kw)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", counting)
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 60.0,
+                                  driver.report_rows)
+    built = [t for t in record.trials if not t.why.startswith(("not tried", "wrong"))]
+    assert built and bool(calls) == timed
+    slower = [t for t in built if t.why.startswith("slower: one run took 100.0 ms, the pick's "
+                                                   "10.0 ms (not timed further)")]
+    assert len(slower) == (0 if timed else len(built))
+
+
 def test_compile_refines_the_checked_pick_and_records_it(monkeypatch, tmp_path):
     """Through `collage_mlir.compile`: the check keeps the split pick, refinement joins two
     regions (injected as faster) and the result runs right and says what was tried."""
