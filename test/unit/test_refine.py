@@ -702,6 +702,8 @@ def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(do
              ("partition_for_joined", plan((pair, 2.4e-3), (1 << last, 1e-3)))]
     found = refine_mod.baseline_neighbours(pick, given)
     assert [w for w, _ in found] == ["baseline partition_for_joined"]
+    assert pick.total_cost * refine_mod.MARGIN < given[3][1].total_cost  # dear: never tried
+    assert refine_mod.baseline_neighbours(pick, given[:4]) == []
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
         lambda n: 1e-3 if n.startswith("baseline") else 2e-3))
     better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
