@@ -543,7 +543,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             continue
         building = time.perf_counter()
         if estimator is not None:
-            nb, why = _measured_rests(nb, estimator, transition, pick)
+            nb, why = _measured_rests(nb, estimator, transition, pick, _limit_s(
+                start, budget_s, len(built), record.run_s, with_control))
             if why:
                 record.building_s += time.perf_counter() - building
                 record.trials.append(Trial(PHASE, what, nb.total_cost, None, False, why))
@@ -559,8 +560,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                                        f"not built: estimated {above:.0%} above the pick "
                                        f"(past the estimates' error, {ESTIMATE_SLACK:.0%})"))
             continue
-        limit_s = budget_s - (time.perf_counter() - start) - timing_s(
-            len(built) + 1, record.run_s, with_control)
+        limit_s = _limit_s(start, budget_s, len(built), record.run_s, with_control)
         try:
             model = build_neighbour(pristine, nb, incumbent, rows, limit_s)
             wrong = compare(model.run(inputs), reference, tol)
@@ -617,6 +617,12 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     return (built[winner][0] if winner else None), record
 
 
+def _limit_s(start: float, budget_s: float, built: int, run_s: float, control: bool) -> float:
+    """Seconds the next neighbour may take to measure or build: what the budget leaves
+    beside timing it with the `built` ones."""
+    return budget_s - (time.perf_counter() - start) - timing_s(built + 1, run_s, control)
+
+
 def _one_run_s(model: PartitionedModel, inputs: list, run_s: float) -> float:
     """Seconds of one run of `model` (built and checked: its first run is done), a second
     one only where the first looks clearly slower than `run_s` (a late allocation)."""
@@ -659,17 +665,22 @@ def _rebuilt(pristine: ir.Module, pick: Partitioning, rows: Rows, inputs: list,
 
 
 def _measured_rests(nb: Partitioning, estimator: CostEstimator,
-                    transition: TransitionCost | None, pick: Partitioning
-                    ) -> tuple[Partitioning, str]:
+                    transition: TransitionCost | None, pick: Partitioning,
+                    limit_s: float = math.inf) -> tuple[Partitioning, str]:
     """`nb` with its island remainder parts measured (re-priced), or with the reason it is
     not built ("" when it may be): one of the parts cannot run, or, between chunks of
     REST_CHUNK parts, its estimate with the parts not yet measured scaled as the measured
-    ones came out against their shares lies past ESTIMATE_SLACK above `pick`'s."""
+    ones came out against their shares lies past ESTIMATE_SLACK above `pick`'s, or
+    measuring has taken longer than `limit_s`."""
     rests = [k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE]
     if not rests:
         return nb, ""
     measured: dict[int, float] = {}
+    began = time.perf_counter()
     for start in range(0, len(rests), REST_CHUNK):
+        if time.perf_counter() - began > limit_s:
+            return nb, (f"not built: the budget ran out while measuring the parts around its "
+                        f"islands ({len(measured)} of {len(rests)} measured)")
         chunk = rests[start:start + REST_CHUNK]
         got = estimator.estimate([nb.choices[k].candidate for k in chunk])
         for k, cost in zip(chunk, got, strict=True):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -776,3 +777,25 @@ def test_many_islands_stop_measuring_once_their_first_parts_put_them_past_the_sl
     else:
         assert trial.measured_s is None and trial.why.startswith("not built: estimated ")
         assert "2 of the 10 parts around its islands measured" in trial.why
+
+
+def test_measuring_the_parts_around_islands_stops_when_the_budget_runs_out(doubles,
+                                                                           monkeypatch):
+    """The same 10 parts, two at a time, each pair taking 2 s of refine's clock (a test
+    clock): a 5 s budget stops the measuring before the last pair and says so."""
+    pristine, incumbent, cands, costs = whole_pick(21, whole_s=30e-3)
+    clock = SlowClock(incumbent, 0.0)
+    monkeypatch.setattr(refine_mod, "time", clock)
+    monkeypatch.setattr(refine_mod, "REST_CHUNK", 2)
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
+
+    class SlowRests(DearRestsDouble):
+        def estimate(self, candidates, progress=None):
+            clock.now += 2.0
+            return super().estimate(candidates, progress)
+    _, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                  driver.report_rows, SlowRests(1e-3))
+    (trial,) = [t for t in record.trials if t.what == f"islands {FAULT}: 11 x Neg out of {NUMPY}"]
+    stopped = re.fullmatch(r"not built: the budget ran out while measuring the parts around "
+                           r"its islands \((\d+) of 10 measured\)", trial.why)
+    assert trial.measured_s is None and stopped and 0 < int(stopped[1]) < 10
