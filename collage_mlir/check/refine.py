@@ -135,8 +135,8 @@ islands whose first parts already put it past ESTIMATE_SLACK is dropped before t
 measured (each is a compile and a timing in a worker)."""
 CLEARLY_SLOWER, MIN_SLOWER_S = 1.5, 1e-3
 """A built neighbour whose run takes this many times the pick's, twice, and at least
-MIN_SLOWER_S more, is not timed side by side: the noise of these VMs is ±5-20%, and
-timing a neighbour 15x slower (a greedy baseline of 259 regions) spent the budget."""
+MIN_SLOWER_S more, is not timed side by side: far past the ±5-20% noise of these VMs, and
+timing a much slower model spends the budget the others need."""
 SPLIT = "split"
 ISLAND_RULE = "island-rest"
 """`rule_name` of the parts of a region around an island."""
@@ -326,9 +326,8 @@ def baseline_neighbours(pick: Partitioning,
                         ) -> list[tuple[str, Partitioning]]:
     """Of `baselines` (name, partitioning with the same node numbers as `pick`'s graph),
     the MAX_BASELINES cheapest with several regions (one region is a whole model: the
-    check's) and an estimate within MARGIN of the pick's (as the check's whole models; the
-    causal Performer's OpenVINO baseline, estimated at 12x the pick, ran 16x) whose regions
-    differ from `pick`'s, over `pick`'s graph."""
+    check's) and an estimate within MARGIN of the pick's (as the check's whole models)
+    whose regions differ from `pick`'s, over `pick`'s graph."""
     def regions(p: Partitioning) -> set[tuple[str, int]]:
         return {(ch.candidate.backend, ch.candidate.inside) for ch in p.choices}
 
