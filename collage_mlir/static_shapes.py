@@ -190,7 +190,8 @@ def fold_constants(proto: onnx.ModelProto, label: str, max_rounds: int = 64) -> 
     values = _Constants(proto.graph)
     for _ in range(max_rounds):
         types = infer_types(proto, label)
-        if not _fold_round(proto.graph, types, values, opset):
+        folded = _fold_round(proto.graph, types, values, opset)
+        if not (_sequences_as_splits(proto.graph, types, values, opset) or folded):
             break
     drop_dead(proto.graph)
     return proto
@@ -249,6 +250,79 @@ def _fold_round(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
         graph.ClearField("node")
         graph.node.extend(kept)
     return folded
+
+
+def _sequences_as_splits(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfoProto],
+                         values: _Constants, opset: int) -> bool:
+    """Rewrite, in place, each SplitToSequence whose sizes are known and whose sequence is
+    only read by SequenceAt at constant indices into one Split whose parts are those reads:
+    torch writes `chunk` and `split` this way when the number of parts depends on a dynamic
+    size, and a sequence has no static shape. True when something was rewritten."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    changed = False
+    for node in list(graph.node):
+        if node.op_type != "SplitToSequence" or node.domain not in ("", "ai.onnx"):
+            continue
+        reads = readers.get(node.output[0], [])
+        sizes = _sequence_sizes(node, types, values)
+        if (sizes is None or not reads or node.output[0] in {o.name for o in graph.output}
+                or any(r.op_type != "SequenceAt" or r.input[1] not in values for r in reads)):
+            continue
+        _replace_by_split(graph, node, reads, sizes, values, opset)
+        changed = True
+    return changed
+
+
+def _sequence_sizes(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
+                    values: _Constants) -> list[int] | None:
+    """The part sizes of SplitToSequence `node` along its axis, when constants and static
+    shapes give them (and the parts keep that axis)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    split = node.input[1] if len(node.input) > 1 and node.input[1] else None
+    if split is not None and split not in values:
+        return None
+    sizes = values.array(split).astype(np.int64) if split is not None else None
+    dims = _static(types.get(node.input[0]))
+    if dims is None or (sizes is None and attrs.get("keepdims", 1) == 0):
+        return None  # parts without the axis would need a Squeeze each: not done here
+    n = dims[attrs.get("axis", 0)]
+    if sizes is not None and sizes.ndim == 1:
+        parts = [int(v) for v in sizes]
+    else:
+        step = 1 if sizes is None else int(sizes)
+        parts = [step] * (n // step) + ([n % step] if n % step else []) if step > 0 else []
+    return parts if parts and min(parts) >= 0 and sum(parts) == n else None
+
+
+def _replace_by_split(graph: onnx.GraphProto, node: onnx.NodeProto,
+                      reads: list[onnx.NodeProto], sizes: list[int], values: _Constants,
+                      opset: int) -> None:
+    """`node` (SplitToSequence) and its SequenceAt `reads` become one Split whose part k is
+    the value of the first read at index k (an Identity for each further one)."""
+    parts = [f"{node.output[0]}__part{k}" for k in range(len(sizes))]
+    extra = []
+    for read in reads:
+        k = int(values.array(read.input[1])) % len(sizes)
+        if parts[k].startswith(f"{node.output[0]}__part"):
+            parts[k] = read.output[0]
+        else:
+            extra.append(onnx.helper.make_node("Identity", [parts[k]], [read.output[0]]))
+        graph.node.remove(read)
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if opset >= 13:
+        values.add(f"{node.output[0]}__sizes", np.array(sizes, np.int64))
+        split = onnx.helper.make_node("Split", [node.input[0], f"{node.output[0]}__sizes"],
+                                      parts, name=node.name, axis=axis)
+    else:
+        split = onnx.helper.make_node("Split", [node.input[0]], parts, name=node.name,
+                                      axis=axis, split=sizes)
+    at = list(graph.node).index(node)
+    graph.node.remove(node)
+    for k, new in enumerate([split, *extra]):
+        graph.node.insert(at + k, new)
 
 
 def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],

@@ -110,6 +110,50 @@ def test_shape_computations_fold_and_compute_the_same(text, shapes) -> None:
     np.testing.assert_allclose(round_trip, want, rtol=1e-6)
 
 
+# torch.chunk / torch.split over a dynamic axis: a sequence, read at constant indices (one
+# part twice, one from the end); the sizes a scalar, or a list computed from the shape
+CHUNKS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[B,S,4] x) => (float[B,T,4] y) {
+  SPLIT
+  seq = SplitToSequence<axis = 1>(x, split)
+  i0 = Constant<value = int64 {0}>()
+  last = Constant<value = int64 {-1}>()
+  a = SequenceAt(seq, i0)
+  b = SequenceAt(seq, last)
+  c = SequenceAt(seq, i0)
+  r = Relu(b)
+  y = Concat<axis = 1>(a, r, c)
+}
+"""
+BY_TWO = "split = Constant<value = int64 {2}>()"
+FIRST_AND_REST = """s = Shape(x)
+  i1 = Constant<value = int64[1] {1}>()
+  n = Gather<axis = 0>(s, i1)
+  rest = Sub(n, i1)
+  split = Concat<axis = 0>(i1, rest)"""
+
+
+@pytest.mark.parametrize("split", [BY_TWO, FIRST_AND_REST])
+def test_a_sequence_read_at_constant_indices_becomes_one_split(split) -> None:
+    model = _model(CHUNKS.replace("SPLIT", split))
+    folded = _folded(model, {"x": [2, 6, 4]})
+    types = [n.op_type for n in folded.graph.node]
+    assert types.count("Split") == 1 and not any("Sequence" in t for t in types), types
+    x = np.random.default_rng(0).standard_normal([2, 6, 4]).astype(np.float32)
+    (want,), (got,) = _run(model, {"x": x}), _run(folded, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    module = import_onnx(model, input_shapes={"x": [2, 6, 4]})
+    assert "?" not in str(module).split("{-#")[0]
+
+
+def test_a_sequence_whose_sizes_do_not_add_up_stays_and_is_named() -> None:
+    """torch writes 128 chunks of a 64-long axis as 127 ones and -63: no backend runs that."""
+    bad = "split = Constant<value = int64[2] {7, -1}>()"
+    with pytest.raises(CollageError, match=r"node 'seq' \(SplitToSequence\).*no static shape"):
+        _folded(_model(CHUNKS.replace("SPLIT", bad)), {"x": [2, 6, 4]})
+
+
 def test_padding_amount_comes_from_the_given_shape() -> None:
     folded = _folded(_model(DYNAMIC_PAD), {"x": [1, 3, 13, 16]})
     (out,) = folded.graph.output
