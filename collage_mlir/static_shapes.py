@@ -269,11 +269,17 @@ def _sequences_as_splits(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfo
         reads = readers.get(node.output[0], [])
         sizes = _sequence_sizes(node, types, values)
         if (sizes is None or not reads or node.output[0] in {o.name for o in graph.output}
-                or any(r.op_type != "SequenceAt" or r.input[1] not in values for r in reads)):
+                or not all(_reads_a_part(r, len(sizes), values) for r in reads)):
             continue
         _replace_by_split(graph, node, reads, sizes, values, opset)
         changed = True
     return changed
+
+
+def _reads_a_part(node: onnx.NodeProto, parts: int, values: _Constants) -> bool:
+    """Whether `node` is a SequenceAt at a constant index, within a sequence of `parts`."""
+    return (node.op_type == "SequenceAt" and node.input[1] in values
+            and -parts <= int(values.array(node.input[1])) < parts)
 
 
 def _sequence_sizes(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],

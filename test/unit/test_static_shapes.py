@@ -147,11 +147,16 @@ def test_a_sequence_read_at_constant_indices_becomes_one_split(split) -> None:
     assert "?" not in str(module).split("{-#")[0]
 
 
-def test_a_sequence_whose_sizes_do_not_add_up_stays_and_is_named() -> None:
-    """torch writes 128 chunks of a 64-long axis as 127 ones and -63: no backend runs that."""
-    bad = "split = Constant<value = int64[2] {7, -1}>()"
+@pytest.mark.parametrize("split, last, shape", [
+    ("split = Constant<value = int64[2] {7, -1}>()", -1, [2, 6, 4]),  # sizes off the axis
+    (BY_TWO, 1, [2, 2, 4]),  # one part, read at index 1
+], ids=["sizes", "index"])
+def test_a_sequence_not_read_as_its_parts_stays_and_is_named(split, last, shape) -> None:
+    """torch writes 128 chunks of a 64-long axis as 127 ones and -63, which no backend runs;
+    an index past the parts fails at run time. Neither is rewritten."""
+    text = CHUNKS.replace("SPLIT", split).replace("int64 {-1}", f"int64 {{{last}}}")
     with pytest.raises(CollageError, match=r"node 'seq' \(SplitToSequence\).*no static shape"):
-        _folded(_model(CHUNKS.replace("SPLIT", bad)), {"x": [2, 6, 4]})
+        _folded(_model(text), {"x": shape})
 
 
 def test_padding_amount_comes_from_the_given_shape() -> None:
