@@ -130,9 +130,9 @@ others need (MobileViT's islands, estimated 7-33% above the pick so measured, ra
 slower). Flips, joins, splits and baselines are tried above the pick's estimate: testing
 it is what they are for."""
 REST_CHUNK = 8
-"""Island remainder parts measured at a time (`_measured_rests`): a neighbour of many
-islands whose first parts already put it past ESTIMATE_SLACK is dropped before the rest are
-measured (each is a compile and a timing in a worker)."""
+"""Island remainder parts measured at a time at most (`_measured_rests`): a neighbour of
+many islands whose first parts already put it past ESTIMATE_SLACK is dropped before the rest
+are measured (each is a compile and a timing in a worker)."""
 CLEARLY_SLOWER, MIN_SLOWER_S = 1.5, 1e-3
 """A built neighbour whose run takes this many times the pick's, twice, and at least
 MIN_SLOWER_S more, is not timed side by side: far past the ±5-20% noise of these VMs, and
@@ -667,20 +667,22 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
                     transition: TransitionCost | None, pick: Partitioning,
                     limit_s: float = math.inf) -> tuple[Partitioning, str]:
     """`nb` with its island remainder parts measured (re-priced), or with the reason it is
-    not built ("" when it may be): one of the parts cannot run, or, between chunks of
-    REST_CHUNK parts, its estimate with the parts not yet measured scaled as the measured
-    ones came out against their shares lies past ESTIMATE_SLACK above `pick`'s, or
-    measuring has taken longer than `limit_s`."""
+    not built ("" when it may be): one of the parts cannot run, or, between chunks, its
+    estimate with the parts not yet measured scaled as the measured ones came out against
+    their shares lies past ESTIMATE_SLACK above `pick`'s, or measuring has taken longer than
+    `limit_s`. The first part is measured alone, then chunks of what the time left fits at
+    the pace so far, REST_CHUNK at most: a chunk overruns `limit_s` by one part at most."""
     rests = [k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE]
     if not rests:
         return nb, ""
     measured: dict[int, float] = {}
     began = time.perf_counter()
-    for start in range(0, len(rests), REST_CHUNK):
-        if time.perf_counter() - began > limit_s:
+    while len(measured) < len(rests):
+        spent = time.perf_counter() - began
+        if spent > limit_s:
             return nb, (f"not built: the budget ran out while measuring the parts around its "
                         f"islands ({len(measured)} of {len(rests)} measured)")
-        chunk = rests[start:start + REST_CHUNK]
+        chunk = rests[len(measured):len(measured) + _chunk_size(len(measured), spent, limit_s)]
         got = estimator.estimate([nb.choices[k].candidate for k in chunk])
         for k, cost in zip(chunk, got, strict=True):
             if not math.isfinite(cost):
@@ -700,6 +702,16 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
                            f"rest scaled alike (past the estimates' error, "
                            f"{ESTIMATE_SLACK:.0%})")
     return _repriced(nb, measured, 1.0, transition), ""
+
+
+def _chunk_size(done: int, spent_s: float, limit_s: float) -> int:
+    """Parts to measure next, `done` measured in `spent_s` of `limit_s` (`_measured_rests`)."""
+    if not done:
+        return 1
+    if math.isinf(limit_s):
+        return REST_CHUNK
+    fits = (limit_s - spent_s) / max(spent_s / done, 1e-9)
+    return max(1, min(REST_CHUNK, int(fits)))
 
 
 def _repriced(nb: Partitioning, measured: Mapping[int, float], scale: float,

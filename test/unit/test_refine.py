@@ -754,13 +754,13 @@ def test_a_neighbour_estimated_past_the_slack_once_its_parts_are_measured_is_not
         assert not [nb for nb in carved if len(nb.choices) == 2]  # no single Neg island
 
 
-@pytest.mark.parametrize("rest_ms, measured", [(1.0, 10), (4.0, 2)])
+@pytest.mark.parametrize("rest_ms, measured", [(1.0, 10), (4.0, 1)])
 def test_many_islands_stop_measuring_once_their_first_parts_put_them_past_the_slack(
         doubles, monkeypatch, rest_ms, measured):
     """11 Negs carved out of a 21-op chain estimated at 30 ms leave 10 single Relu parts
-    (shares of ~1.9 ms). Measured two at a time: at 1 ms each all ten are measured and the
-    neighbour is built; at 4 ms the first two put it ~50% above the pick, and the other
-    eight are never measured."""
+    (shares of ~1.9 ms). Measured the first alone, then two at a time: at 1 ms each all ten
+    are measured and the neighbour is built; at 4 ms the first puts it ~50% above the pick,
+    and the other nine are never measured."""
     pristine, incumbent, cands, costs = whole_pick(21, whole_s=30e-3)
     monkeypatch.setattr(refine_mod, "REST_CHUNK", 2)
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 2e-3))
@@ -776,7 +776,7 @@ def test_many_islands_stop_measuring_once_their_first_parts_put_them_past_the_sl
         assert trial.measured_s is not None
     else:
         assert trial.measured_s is None and trial.why.startswith("not built: estimated ")
-        assert "2 of the 10 parts around its islands measured" in trial.why
+        assert "1 of the 10 parts around its islands measured" in trial.why
 
 
 def test_measuring_the_parts_around_islands_stops_when_the_budget_runs_out(doubles,
@@ -799,3 +799,13 @@ def test_measuring_the_parts_around_islands_stops_when_the_budget_runs_out(doubl
     stopped = re.fullmatch(r"not built: the budget ran out while measuring the parts around "
                            r"its islands \((\d+) of 10 measured\)", trial.why)
     assert trial.measured_s is None and stopped and 0 < int(stopped[1]) < 10
+
+
+def test_parts_are_measured_first_alone_then_as_many_as_the_time_left_fits():
+    """A chunk overruns the time left by one part at most: the pace of the parts measured so
+    far sizes the next chunk (REST_CHUNK at most)."""
+    size = refine_mod._chunk_size
+    assert size(0, 0.0, 5.0) == 1  # the pace is not known yet
+    assert size(1, 1.0, 3.5) == 2 and size(3, 3.0, 3.5) == 1  # 1 s a part
+    assert size(1, 0.01, 100.0) == size(4, 0.0, math.inf) == refine_mod.REST_CHUNK
+    assert size(2, 4.0, 3.0) == 1  # past the limit: the caller stops before asking
