@@ -262,13 +262,14 @@ def _sequences_as_splits(graph: onnx.GraphProto, types: dict[str, onnx.ValueInfo
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
+    returned = {o.name for o in graph.output}
     changed = False
     for node in list(graph.node):
         if node.op_type != "SplitToSequence" or node.domain not in ("", "ai.onnx"):
             continue
         reads = readers.get(node.output[0], [])
         sizes = _sequence_sizes(node, types, values)
-        if (sizes is None or not reads or node.output[0] in {o.name for o in graph.output}
+        if (sizes is None or not reads or node.output[0] in returned
                 or not all(_reads_a_part(r, len(sizes), values) for r in reads)):
             continue
         _replace_by_split(graph, node, reads, sizes, values, opset)
@@ -309,13 +310,15 @@ def _replace_by_split(graph: onnx.GraphProto, node: onnx.NodeProto,
     """`node` (SplitToSequence) and its SequenceAt `reads` become one Split whose part k is
     the value of the first read at index k (an Identity for each further one)."""
     parts = [f"{node.output[0]}__part{k}" for k in range(len(sizes))]
+    named: set[int] = set()
     extra = []
     for read in reads:
         k = int(values.array(read.input[1])) % len(sizes)
-        if parts[k].startswith(f"{node.output[0]}__part"):
-            parts[k] = read.output[0]
-        else:
+        if k in named:
             extra.append(onnx.helper.make_node("Identity", [parts[k]], [read.output[0]]))
+        else:
+            parts[k] = read.output[0]
+            named.add(k)
         graph.node.remove(read)
     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
     if opset >= 13:

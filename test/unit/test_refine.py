@@ -495,20 +495,25 @@ def test_islands_never_cut_what_the_incumbents_kernel_fused(doubles, monkeypatch
         f"not proposed: they would cut these fused kernels: 1 x {NUMPY}'s Neg+Relu"
 
 
+def _openvino_conv_model(body: str):
+    """The imported model `g(x: 1x8x16x16, w: 8x8x3x3) -> y` with ONNX text `body`; skips
+    where OpenVINO is unavailable (the tests using it compile real OpenVINO kernels)."""
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    if OpenVinoBackend.unavailable_reason():
+        pytest.skip(OpenVinoBackend.unavailable_reason())
+    import onnx.parser
+    return collage_mlir.import_onnx(onnx.parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {\n' + body + '}'))
+
+
 def test_openvinos_fusions_map_to_the_graph_nodes_of_a_built_region():
     """A real OpenVINO region (a Conv, a Relu and a Swish, x * Sigmoid(x), that it fuses)
     built as refinement's incumbents are: its kernel's fused groups land on the graph nodes
     whose ops they name, and on those between them it does not name (the Sigmoid), so an
     island can be told it would cut them."""
-    from collage_mlir.backends.openvino import OpenVinoBackend
-    if OpenVinoBackend.unavailable_reason():
-        pytest.skip(OpenVinoBackend.unavailable_reason())
-    import onnx.parser
-    module = collage_mlir.import_onnx(onnx.parser.parse_model(
-        '<ir_version: 8, opset_import: ["" : 17]>\n'
-        'g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {\n'
-        '  c = Conv<pads=[1,1,1,1]>(x, w)\n  r = Relu(c)\n  s = Sigmoid(r)\n'
-        '  m = Mul(s, r)\n  y = Add(m, x)\n}'))
+    module = _openvino_conv_model('  c = Conv<pads=[1,1,1,1]>(x, w)\n  r = Relu(c)\n'
+                                  '  s = Sigmoid(r)\n  m = Mul(s, r)\n  y = Add(m, x)\n')
     pristine = clone_module(module)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     pick = search(graph, [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino")],
@@ -526,18 +531,11 @@ def test_a_whole_model_kernel_compiled_in_the_functions_own_order_is_read_right(
     Conv+Relu would land on the Exp and the Add, and the group naming the model's output
     `y` would not be placed. Both readings are taken and the one that places every name
     kept."""
-    from collage_mlir.backends.openvino import OpenVinoBackend
     from collage_mlir.check.compare import whole_model_kernel
     from collage_mlir.graph.outline import outline_placed, region_name
     from collage_mlir.runtime.model import PartitionedModel
-    if OpenVinoBackend.unavailable_reason():
-        pytest.skip(OpenVinoBackend.unavailable_reason())
-    import onnx.parser
-    module = collage_mlir.import_onnx(onnx.parser.parse_model(
-        '<ir_version: 8, opset_import: ["" : 17]>\n'
-        'g (float[1,8,16,16] x, float[8,8,3,3] w) => (float[1,8,16,16] y) {\n'
-        '  e = Exp(x)\n  c = Conv<pads=[1,1,1,1]>(x, w)\n  r = Relu(c)\n'
-        '  y = Add(r, e)\n}'))
+    module = _openvino_conv_model('  e = Exp(x)\n  c = Conv<pads=[1,1,1,1]>(x, w)\n'
+                                  '  r = Relu(c)\n  y = Add(r, e)\n')
     pristine = clone_module(module)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     assert [n.op_type for n in graph.op_nodes()][:3] == ["Conv", "Relu", "Exp"]
