@@ -271,6 +271,15 @@ ZOO: dict[str, ZooModel] = {
                                    num_heads=24, head_dim=64, expand=2, n_groups=1,
                                    chunk_size=256, vocab_size=50288, use_cache=False),
                           {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
+    # a hybrid of Mamba2 layers and attention (Bamba-9B's layout at mamba2_4l's width: the
+    # third of four layers is grouped-query attention); dynamo only, as mamba2
+    "bamba_4l": ZooModel(_encoder("BambaModel", "BambaConfig", ("input_ids",),
+                                  hidden_size=768, num_hidden_layers=4, attn_layer_indices=[2],
+                                  num_attention_heads=12, num_key_value_heads=4,
+                                  intermediate_size=2048, mamba_n_heads=24, mamba_d_head=64,
+                                  mamba_n_groups=1, mamba_d_state=128, mamba_expand=2,
+                                  mamba_chunk_size=256, vocab_size=32000, use_cache=False),
+                         {"input_ids": ((1, 128), "tokens:32000")}, "last_hidden_state"),
     # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs some MatMuls
     # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.07, at its noise)
     "segformer_b0": ZooModel(_segmenter("SegformerForSemanticSegmentation", "SegformerConfig",
