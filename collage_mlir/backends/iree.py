@@ -47,6 +47,10 @@ allocation limit"): with 1 MiB, bert_base compiles in 10 s and matches onnxrunti
 Convolutions go through img2col into matmuls (IREE's tiled, ukernel path): compiled as
 direct NCHW convolutions they run 5-40x slower on x86 (a resnet50 3x3 convolution 64 ms
 against 1.9 ms); grouped and depthwise ones are left as they are."""
+RETRY_DROPPING = ("--iree-opt-data-tiling",)
+"""Flags a region that fails to compile is compiled again without, once, before it counts as
+failed. iree-base-compiler 3.13's data tiling breaks whole Mamba2-style models (an encoding
+put on an i1 mask, "large vector sizes" in a fused einsum) that compile without it."""
 DRIVER = "local-task"
 WORKER_STACK_BYTES = 16 << 20
 """Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;
@@ -419,7 +423,7 @@ class IreeBackend(Backend):
                 context, vmfb, names = self._compile_joint([modules[i] for i in pending])
             except _JointFailure as failure:
                 if len(pending) == 1:
-                    results[pending[0]] = _short(failure.error)
+                    results[pending[0]] = self._compile_again(modules[pending[0]], failure)
                     break
                 if not failure.bad:
                     for i in pending:
@@ -434,14 +438,28 @@ class IreeBackend(Backend):
             break
         return [r if r is not None else RuntimeError("not compiled") for r in results]
 
-    def _compile_joint(self, modules: Sequence[ir.Module]) -> tuple[Any, Any, list[str]]:
-        """(context, vmfb, function names) of one compile of all `modules`, or a
-        `_JointFailure` naming the modules its errors point at."""
+    def _compile_again(self, module: ir.Module, failure: _JointFailure) -> Kernel | Exception:
+        """`module`, whose compile failed with `failure`, compiled without RETRY_DROPPING
+        (the first failure stands where that fails too, or drops no flag)."""
+        fewer = tuple(f for f in self.flags if f not in RETRY_DROPPING)
+        if fewer == self.flags:
+            return _short(failure.error)
+        try:
+            context, vmfb, names = self._compile_joint([module], fewer)
+        except _JointFailure:
+            return _short(failure.error)
+        return IreeKernel(context, names[0], vmfb, self.driver == DRIVER, _declared(module))
+
+    def _compile_joint(self, modules: Sequence[ir.Module], flags: Sequence[str] | None = None
+                       ) -> tuple[Any, Any, list[str]]:
+        """(context, vmfb, function names) of one compile of all `modules` (with `flags`, by
+        default the backend's), or a `_JointFailure` naming the modules its errors point at."""
         with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
             names: list[str] = []
             try:
                 combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)
-                vmfb_path = _compile(combined, self.flags, Path(work), self.target)
+                vmfb_path = _compile(combined, self.flags if flags is None else flags,
+                                     Path(work), self.target)
                 context, vmfb = self._load(vmfb_path)
             except Exception as e:
                 bad = _failed_functions(Path(work), names, str(e)) if len(names) > 1 else set()

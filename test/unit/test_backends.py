@@ -217,6 +217,33 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     np.testing.assert_allclose(k2.run([x])[0], want, rtol=1e-5, atol=1e-6)
 
 
+def test_iree_compiles_a_region_again_without_data_tiling_when_it_fails(monkeypatch) -> None:
+    backend = _backend("iree")
+    assert set(iree_backend.RETRY_DROPPING) <= set(backend.flags)
+    calls = []
+    real = iree_backend._compile
+
+    def data_tiling_breaks(module, flags, *rest):
+        """A stand-in for the compiler bug: any compile with data tiling fails."""
+        calls.append(tuple(flags))
+        if "--iree-opt-data-tiling" in flags:
+            raise RuntimeError("regions.mlir:1:1: error: large vector sizes (a test double)")
+        return real(module, flags, *rest)
+
+    monkeypatch.setattr(iree_backend, "_compile", data_tiling_breaks)
+    good = _graph(SMALL)
+    bad = _graph(SMALL, opset=9)  # MaxPool at opset 9 fails without data tiling too
+    pool = next(n for n in bad.op_nodes() if n.op_type == "MaxPool")
+    whole, refused = backend.compile_many([SubGraph(good, good.op_bits).extract("r0"),
+                                           SubGraph(bad, 1 << pool.index).extract("r1")])
+    x = np.random.default_rng(3).standard_normal((1, 4, 6)).astype(np.float32)
+    (want,) = OnnxRuntimeBackend().compile(SubGraph(good, good.op_bits).extract("r")).run([x])
+    np.testing.assert_allclose(whole.run([x])[0], want, rtol=1e-5, atol=1e-6)
+    assert isinstance(refused, Exception) and "large vector" in str(refused)  # the first error
+    retries = [f for f in calls if "--iree-opt-data-tiling" not in f]
+    assert len(retries) == 2 and all(set(f) < set(backend.flags) for f in retries)
+
+
 def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     # iree-compile needs no GPU: the target is picked by trial compiles and the region's
     # vmfb carries NVPTX code; only loading and running it needs the device
