@@ -670,9 +670,13 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
     not built ("" when it may be): one of the parts cannot run, or, between chunks, its
     estimate with the parts not yet measured scaled as the measured ones came out against
     their shares lies past ESTIMATE_SLACK above `pick`'s, or measuring has taken longer than
-    `limit_s`. The first part is measured alone, then chunks of what the time left fits at
-    the pace so far, REST_CHUNK at most: a chunk overruns `limit_s` by one part at most."""
-    rests = [k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE]
+    `limit_s`. Measuring stops early, and `nb` is built, once that estimate lies at or below
+    the pick's: the end-to-end timing decides, and its budget is not spent on parts. Parts are measured largest share first (a small part measured alone is
+    mostly its call's fixed cost, no guide to the rest): the first alone, then chunks of
+    what the time left fits at the pace so far, REST_CHUNK at most, so a chunk overruns
+    `limit_s` by one part at most."""
+    rests = sorted((k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE),
+                   key=lambda k: -nb.choices[k].cost)  # the shares that decide the guess first
     if not rests:
         return nb, ""
     measured: dict[int, float] = {}
@@ -695,6 +699,8 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
         shares = sum(nb.choices[k].cost for k in measured)
         guess = _repriced(nb, measured, sum(measured.values()) / shares if shares > 0 else 1.0,
                           transition)
+        if math.isfinite(guess.total_cost) and guess.total_cost <= pick.total_cost:
+            return guess, ""  # a gain by the estimate: timing it end to end decides
         above = _above(guess, pick)
         if above > ESTIMATE_SLACK:
             return guess, (f"not built: estimated {above:.0%} above the pick, {len(measured)} "
