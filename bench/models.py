@@ -280,6 +280,15 @@ ZOO: dict[str, ZooModel] = {
                                   mamba_n_groups=1, mamba_d_state=128, mamba_expand=2,
                                   mamba_chunk_size=256, vocab_size=32000, use_cache=False),
                          {"input_ids": ((1, 128), "tokens:32000")}, "last_hidden_state"),
+    # the same layout at width 128 (8 scan heads of 32, vocabulary 1000; 0.9 M parameters):
+    # the bundled demo model (examples/bamba_tiny.onnx, its weights inlined)
+    "bamba_tiny": ZooModel(_encoder("BambaModel", "BambaConfig", ("input_ids",),
+                                    hidden_size=128, num_hidden_layers=4, attn_layer_indices=[2],
+                                    num_attention_heads=4, num_key_value_heads=2,
+                                    intermediate_size=256, mamba_n_heads=8, mamba_d_head=32,
+                                    mamba_n_groups=1, mamba_d_state=64, mamba_expand=2,
+                                    mamba_chunk_size=256, vocab_size=1000, use_cache=False),
+                           {"input_ids": ((1, 128), "tokens:1000")}, "last_hidden_state"),
     # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs some MatMuls
     # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.07, at its noise)
     "segformer_b0": ZooModel(_segmenter("SegformerForSemanticSegmentation", "SegformerConfig",

@@ -287,19 +287,21 @@ def test_collage_opt_help_shows_the_cost_table_format() -> None:
     assert '"per_op"' in r.stdout and '"transition"' in r.stdout
 
 
-def test_demo_runs_the_bundled_example_with_random_weights_made_once(model, tmp_path,
+def test_demo_runs_the_bundled_alexnet_with_random_weights_made_once(model, tmp_path,
                                                                       monkeypatch) -> None:
     from collage_mlir.weights import splat_weights
 
     said: list[str] = []
     monkeypatch.setattr(cmd_demo, "say", said.append)
     assert cmd_demo.example_model(str(model), tmp_path) == str(model) and said == []
-    assert splat_weights(onnx.load(cmd_demo.EXAMPLE))  # the bundled file: splat stand-ins
-    path = Path(cmd_demo.example_model(str(cmd_demo.EXAMPLE), tmp_path))
+    assert cmd_demo.example_model(str(cmd_demo.EXAMPLE), tmp_path) == str(cmd_demo.EXAMPLE)
+    assert said == [] and splat_weights(onnx.load(cmd_demo.EXAMPLE)) == []  # real weights
+    assert splat_weights(onnx.load(cmd_demo.SPLAT_EXAMPLE))  # the bundled file: splat stand-ins
+    path = Path(cmd_demo.example_model(str(cmd_demo.SPLAT_EXAMPLE), tmp_path))
     assert path.parent == tmp_path and splat_weights(onnx.load(path)) == []
-    assert said[0].startswith("weights: the bundled example holds splat stand-ins")
+    assert said[0].startswith("weights: the bundled alexnet holds splat stand-ins")
     made = path.stat().st_mtime_ns
     said.clear()
-    assert cmd_demo.example_model(str(cmd_demo.EXAMPLE), tmp_path) == str(path)
+    assert cmd_demo.example_model(str(cmd_demo.SPLAT_EXAMPLE), tmp_path) == str(path)
     assert path.stat().st_mtime_ns == made and len(said) == 1  # reused, and said so
     assert said[0].startswith("weights: seeded random")
