@@ -232,6 +232,22 @@ def _performer(depth: int, dim: int, heads: int, seq: int, vocab: int = 20000
     return build
 
 
+def _bamba(hidden: int, heads: tuple[int, int], scan_heads: tuple[int, int], state: int,
+           ffn: int, vocab: int, tokens: int = 128) -> ZooModel:
+    """Bamba's layout (IBM's hybrid): four layers, the third grouped-query attention
+    (`heads`: query and key-value heads), the others Mamba2 mixers (`scan_heads`: heads and
+    their width; chunks of 256, so each scan's cumulative sums span [.., 256, 256]), over
+    `tokens` token ids, returning the last hidden state."""
+    return ZooModel(_encoder("BambaModel", "BambaConfig", ("input_ids",), hidden_size=hidden,
+                             num_hidden_layers=4, attn_layer_indices=[2],
+                             num_attention_heads=heads[0], num_key_value_heads=heads[1],
+                             intermediate_size=ffn, mamba_n_heads=scan_heads[0],
+                             mamba_d_head=scan_heads[1], mamba_n_groups=1, mamba_d_state=state,
+                             mamba_expand=2, mamba_chunk_size=256, vocab_size=vocab,
+                             use_cache=False),
+                    {"input_ids": ((1, tokens), f"tokens:{vocab}")}, "last_hidden_state")
+
+
 ZOO: dict[str, ZooModel] = {
     "bert_base": ZooModel(_encoder("BertModel", "BertConfig"), _tokens(30522, 128),
                           "last_hidden_state"),
@@ -273,22 +289,11 @@ ZOO: dict[str, ZooModel] = {
                           {"input_ids": ((1, 128), "tokens:50288")}, "last_hidden_state"),
     # a hybrid of Mamba2 layers and attention (Bamba-9B's layout at mamba2_4l's width: the
     # third of four layers is grouped-query attention); dynamo only, as mamba2
-    "bamba_4l": ZooModel(_encoder("BambaModel", "BambaConfig", ("input_ids",),
-                                  hidden_size=768, num_hidden_layers=4, attn_layer_indices=[2],
-                                  num_attention_heads=12, num_key_value_heads=4,
-                                  intermediate_size=2048, mamba_n_heads=24, mamba_d_head=64,
-                                  mamba_n_groups=1, mamba_d_state=128, mamba_expand=2,
-                                  mamba_chunk_size=256, vocab_size=32000, use_cache=False),
-                         {"input_ids": ((1, 128), "tokens:32000")}, "last_hidden_state"),
-    # the same layout at width 128 (8 scan heads of 32, vocabulary 1000; 0.9 M parameters):
-    # the bundled demo model (examples/bamba_tiny.onnx, its weights inlined)
-    "bamba_tiny": ZooModel(_encoder("BambaModel", "BambaConfig", ("input_ids",),
-                                    hidden_size=128, num_hidden_layers=4, attn_layer_indices=[2],
-                                    num_attention_heads=4, num_key_value_heads=2,
-                                    intermediate_size=256, mamba_n_heads=8, mamba_d_head=32,
-                                    mamba_n_groups=1, mamba_d_state=64, mamba_expand=2,
-                                    mamba_chunk_size=256, vocab_size=1000, use_cache=False),
-                           {"input_ids": ((1, 128), "tokens:1000")}, "last_hidden_state"),
+    "bamba_4l": _bamba(768, heads=(12, 4), scan_heads=(24, 64), state=128, ffn=2048,
+                       vocab=32000),
+    # the same layout at width 128 (0.9 M parameters): the bundled demo model
+    # (examples/bamba_tiny.onnx, its weights inlined)
+    "bamba_tiny": _bamba(128, heads=(4, 2), scan_heads=(8, 32), state=64, ffn=256, vocab=1000),
     # SegFormer-b0 at 512x512 with 21 classes (PASCAL VOC's): onnxruntime runs some MatMuls
     # faster, OpenVINO the softmax over classes (bench/ceiling.py: 1.07, at its noise)
     "segformer_b0": ZooModel(_segmenter("SegformerForSemanticSegmentation", "SegformerConfig",
