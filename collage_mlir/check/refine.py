@@ -671,12 +671,13 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
     estimate with the parts not yet measured scaled as the measured ones came out against
     their shares lies past ESTIMATE_SLACK above `pick`'s, or measuring has taken longer than
     `limit_s`. Measuring stops early, and `nb` is built, once that estimate lies at or below
-    the pick's: the end-to-end timing decides, and its budget is not spent on parts. Parts are measured largest share first (a small part measured alone is
-    mostly its call's fixed cost, no guide to the rest): the first alone, then chunks of
-    what the time left fits at the pace so far, REST_CHUNK at most, so a chunk overruns
-    `limit_s` by one part at most."""
-    rests = sorted((k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE),
-                   key=lambda k: -nb.choices[k].cost)  # the shares that decide the guess first
+    the pick's: the end-to-end timing decides, and its budget is not spent on parts. Parts
+    are measured largest share first (a small part measured alone is mostly its call's
+    fixed cost, no guide to the rest): the first alone, then chunks of what the time left
+    fits at the pace so far, REST_CHUNK at most, so a chunk overruns `limit_s` by one part
+    at most."""
+    rests = sorted((k for k, ch in enumerate(nb.choices)
+                    if ch.candidate.rule_name == ISLAND_RULE), key=lambda k: -nb.choices[k].cost)
     if not rests:
         return nb, ""
     measured: dict[int, float] = {}
