@@ -129,6 +129,34 @@ def test_llama_split_across_backends_computes_what_torch_did(tmp_path) -> None:
         assert _relative(got, want) < 1e-4
 
 
+def test_the_demo_model_splits_its_scans_from_the_rest_and_computes_the_same(tmp_path) -> None:
+    """The bundled demo model (examples/bamba_tiny.onnx, Mamba2 layers and attention) with
+    its CumSums dear on OpenVINO and every other op dear on onnxruntime (a cost table, a test
+    double, says so, as OpenVINO's slow scans do on a CPU): the nine scans run on
+    onnxruntime between OpenVINO's regions, and the split model computes what onnxruntime
+    computes on the file."""
+    import onnxruntime as ort
+
+    example = Path(__file__).parents[2] / "examples" / "bamba_tiny.onnx"
+    table = tmp_path / "costs.json"
+    table.write_text(json.dumps({
+        "per_op": {"onnxruntime": {"CumSum": 1e-4, "*": 1.0},
+                   "openvino": {"CumSum": 1.0, "*": 1e-4}},
+        "transition": {"per_call": 1e-5}}))
+    model = collage_mlir.compile(example, backends=["onnxruntime", "openvino"],
+                                 cost=f"table:{table}", cache=tmp_path / "c.sqlite",
+                                 refine_budget_s=0)
+    graph = model.partitioning.graph
+    scans = Counter(c.candidate.backend for c in model.partitioning.choices
+                    for i in c.candidate.sub_graph.nodes if graph.nodes[i].op_type == "CumSum")
+    assert scans == {"onnxruntime": 9}
+    assert Counter(s.backend for s in model.plan.steps)["openvino"] >= 4  # between the scans
+    ids = np.random.default_rng(0).integers(0, 1000, (1, 128))
+    (want,) = ort.InferenceSession(str(example)).run(None, {"input_ids": ids})
+    (got,) = model.run({"input_ids": ids})
+    assert _relative(got, want) < 1e-4
+
+
 def test_a_causal_performer_annotates_in_bounds_without_what_openvino_cannot_compile() -> None:
     """performer-pytorch's CPU path: 128 chunks, each an outer product whose Einsum OpenVINO's
     decomposition throws on (its whole-model query too), joined by one Concat of 128."""
