@@ -171,6 +171,14 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     if len(mixed.plan.steps) == 1:  # one backend's whole model: a twin of that column
         row["mix_whole_on"] = mixed.plan.steps[0].backend
     runners = {"mix": mixed.run}
+    if args.without_islands:  # the same run without the archipelago, timed beside it
+        plain = collage_mlir.compile(path, backends=backends, cache=args.cache,
+                                     max_depth=args.max_depth, input_shapes=shapes,
+                                     refine_budget_s=args.refine_budget, islands=False,
+                                     tolerance=tolerance(args.rtol, args.atol_scale))
+        runners[PLAIN] = plain.run
+        row["plain_regions"] = len(plain.partitioning.choices)
+        row["plain_kept"] = plain.verdict.kept if plain.verdict else "-"
     original = collage_mlir.import_onnx(path, input_shapes=shapes)
     for b in backends:
         try:
@@ -201,7 +209,12 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     if args.ceiling:
         row["ceiling"] = ceiling_cell(path)
     row["refinement"] = mixed.refinement
+    row["islands"] = [f"{t.what}: {t.why}" for t in mixed.trials if t.phase == "islands"]
     return row
+
+
+PLAIN = "mix without islands"
+"""The runner of `--without-islands`: the model partitioned with `islands=False`."""
 
 
 def ceiling_cell(source: str | onnx.ModelProto) -> str:
@@ -307,6 +320,9 @@ def main() -> None:
     p.add_argument("--ceiling", action="store_true",
                    help="also bound what any onnxruntime/OpenVINO split could gain, from "
                         "both whole models' own profilers (bench/ceiling.py)")
+    p.add_argument("--without-islands", action="store_true",
+                   help="also partition without the archipelago offered to the search "
+                        "(islands=False) and time that mix beside the others")
     p.add_argument("--per-region", action="store_true",
                    help="list each region's estimate against its measured call")
     args = p.parse_args()
@@ -353,6 +369,12 @@ def main() -> None:
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
+        for line in row["islands"]:
+            print(f"|   before the search: {line} |")
+        if PLAIN in row:
+            print(f"|   without the archipelago: {row[PLAIN]:.2f} ms (mix / that "
+                  f"{row['mix'] / row[PLAIN]:.2f}), {row['plain_regions']} regions, check "
+                  f"kept {row['plain_kept']} |")
         if "ceiling" in row:
             print(f"|   ceiling of any split, in the chain: {row['ceiling']} |")
         refined = row["refinement"]

@@ -32,7 +32,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             verify_budget_s: float = 3.0,
             input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
             kernel_budget_s: float | None = None, measure_budget_s: float | None = None,
-            prune: bool = True, merge: bool = True,
+            prune: bool = True, merge: bool = True, islands: bool = True,
             refine_budget_s: float | None = None,
             executor: str | RemoteExecutor | None = None,
             tolerance: tuple[float, float] | None = None,
@@ -53,7 +53,10 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     and single ops are always measured, then larger candidates until the budget is spent
     (default: no limit); `prune` skips larger candidates that cannot win given what was
     measured before them (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
-    where the union measures no slower (`collage_mlir.search.merge`). `refine_budget_s`:
+    where the union measures no slower (`collage_mlir.search.merge`). `islands`: before the
+    search, carve the ops another backend runs cheaper out of the cheapest whole model and
+    offer the measured parts around them to the search (`collage_mlir.search.islands`).
+    `refine_budget_s`:
     seconds for timing the pick's neighbours end to end after the check (None:
     `collage_mlir.check.refine.default_budget`, a few seconds or a number of runs of the
     pick, whichever is longer; 0: off;
@@ -74,7 +77,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
         max_exits=max_exits, placement=placement, cost=cost, verify=verify,
         verify_budget_s=verify_budget_s, input_shapes=input_shapes, progress=progress,
         timeout_s=timeout_s, kernel_budget_s=kernel_budget_s,
-        measure_budget_s=measure_budget_s, prune=prune, merge=merge,
+        measure_budget_s=measure_budget_s, prune=prune, merge=merge, islands=islands,
         refine_budget_s=refine_budget_s, executor=executor, tolerance=tolerance,
         inputs=inputs)
     return partition(model, options, estimator)

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -49,6 +49,14 @@ from collage_mlir.runtime.report import (
     Verdict,
     run_notes,
     summarize_op_types,
+)
+from collage_mlir.search.islands import (
+    ESTIMATE_SLACK,
+    ISLAND_RULE,
+    parts,
+    repriced,
+    scaled_guess,
+    whole_archipelago,
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
@@ -97,6 +105,9 @@ class PartitionOptions:
     """Skip multi-op candidates that cannot win given the single ops (`search.prune`)."""
     merge: bool = True
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
+    islands: bool = True
+    """Before the search, carve the ops another backend runs cheaper out of the cheapest
+    whole model, and offer its measured parts to the search (`carve_islands`)."""
     refine_budget_s: float | None = None
     """Seconds for timing the pick's neighbours end to end (None: `refine.default_budget`,
     scaled to one run of the pick; 0: off; only when verifying)."""
@@ -367,16 +378,108 @@ def _reason_group(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?([eE][+-]?\d+)?", "#", reason.splitlines()[0] if reason else "")
 
 
+# -- islands --------------------------------------------------------------------------------
+
+ISLANDS = "islands"
+"""`Trial.phase` of the archipelago carved before the search."""
+
+
+@dataclass
+class Carved:
+    """The archipelago `carve_islands` offered the search: its label, its cover once
+    measured (None when it was dropped), the whole model's estimate, why it was dropped,
+    and the cover's regions among the candidates."""
+
+    what: str
+    cover: Partitioning | None
+    whole_s: float
+    why: str = ""
+    indices: list[int] = field(default_factory=list)
+    """The cover's regions as indices into the candidates (the search's `covers`)."""
+
+    def trial(self, pick: Partitioning) -> Trial:
+        """The report's line; kept when the search took every part."""
+        if self.cover is None:
+            return Trial(ISLANDS, self.what, None, None, False, self.why)
+        mine = {(ch.candidate.backend, ch.candidate.inside) for ch in self.cover.choices
+                if ch.candidate.rule_name == ISLAND_RULE}
+        took = len(mine & {(ch.candidate.backend, ch.candidate.inside)
+                           for ch in pick.choices})
+        return Trial(ISLANDS, self.what, self.cover.total_cost, None, took == len(mine),
+                     f"estimated {self.cover.total_cost * 1e3:.4g} ms with its {len(mine)} "
+                     f"parts measured, the whole model {self.whole_s * 1e3:.4g}; the search "
+                     f"took {took} of the parts")
+
+
+def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
+                  costs: list[float], estimator: CostEstimator, progress: bool = False,
+                  left_s: float = math.inf) -> Carved | None:
+    """Offer the search the cheapest whole model's archipelago (`search.islands`): the parts
+    around its islands are measured, largest first, and appended to `candidates` and `costs`
+    (in place); None when there is no archipelago. The search covers the nodes around an
+    island with rule-sized candidates only, a call each, so it cannot price this cover
+    otherwise. The largest part is measured alone first: when, the others scaled alike, the
+    cover lies more than ESTIMATE_SLACK above the whole model, nothing is added (a part that
+    cannot run drops it too). `left_s`: what the measure budget leaves (none left: nothing
+    is measured)."""
+    found = whole_archipelago(graph, candidates, costs, estimator.transition_cost)
+    if found is None:
+        return None
+    whole, what, nb = found
+    what += "'s whole model"
+    if left_s <= 0:
+        return Carved(what, None, whole.total_cost, "not measured: the measure budget was spent")
+    order = parts(nb)
+    bar = ProgressBar(ISLANDS) if progress else None
+    measured: dict[int, float] = {}
+    for chunk in (order[:1], order[1:]):
+        got = estimator.estimate([nb.choices[k].candidate for k in chunk]) if chunk else []
+        bad = next((k for k, cost in zip(chunk, got, strict=True) if not math.isfinite(cost)),
+                   None)
+        if bad is not None:
+            c = nb.choices[bad].candidate
+            return Carved(what, None, whole.total_cost, f"dropped: a part around its islands: "
+                          f"{estimator.reason(c) or 'not measurable'}")
+        measured.update(zip(chunk, got, strict=True))
+        if bar:
+            bar(len(measured), len(order))
+        guess = scaled_guess(nb, measured, estimator.transition_cost)
+        above = guess.total_cost / whole.total_cost - 1
+        if above > ESTIMATE_SLACK:
+            if bar:
+                bar.close()
+            return Carved(what, None, whole.total_cost, (
+                f"dropped: estimated {above:.0%} above the whole model with {len(measured)} "
+                f"of its {len(order)} parts measured (past the estimates' error, "
+                f"{ESTIMATE_SLACK:.0%})"))
+    if bar:
+        bar.close()
+    cover = repriced(nb, measured, 1.0, estimator.transition_cost)
+    have: dict[tuple[str, int], int] = {}
+    for k, (c, cost) in enumerate(zip(candidates, costs, strict=True)):
+        if math.isfinite(cost) and costs[have.setdefault((c.backend, c.inside), k)] > cost:
+            have[c.backend, c.inside] = k
+    for k in order:
+        c = cover.choices[k].candidate
+        if (c.backend, c.inside) not in have:
+            have[c.backend, c.inside] = len(candidates)
+            candidates.append(c)
+            costs.append(measured[k])
+    indices = [have[ch.candidate.backend, ch.candidate.inside] for ch in cover.choices]
+    return Carved(what, cover, whole.total_cost, indices=indices)
+
+
 # -- search ---------------------------------------------------------------------------------
 
 
 def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-           costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise"
-           ) -> Partitioning:
-    """The least-cost cover (RFC phase 3) under the estimator's hand-off prices; says so on
-    stderr when the search ran out of states (the cover is then not proven least-cost)."""
+           costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise",
+           carved: Carved | None = None) -> Partitioning:
+    """The least-cost cover (RFC phase 3) under the estimator's hand-off prices, no dearer
+    than the `carved` cover; says so on stderr when the search ran out of states (the cover
+    is then not proven least-cost)."""
     pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
-                  estimator.reason)
+                  estimator.reason, covers=[carved.indices] if carved and carved.indices else ())
     if not pick.exact:
         print(f"collage: search: {STATE_LIMIT_NOTE}", file=sys.stderr, flush=True)
     return pick
@@ -481,13 +584,20 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
             costs, unmeasured = measure(estimator, candidates, options.progress,
                                         graph=graph, budget_s=options.measure_budget_s,
                                         prune=options.prune)
-            rejected = rejections(graph, candidates, costs, estimator, unmeasured)
+        left = (options.measure_budget_s or math.inf) - timings["measure"]
+        carved = None
+        if options.islands:
+            with _timed(timings, ISLANDS):
+                carved = carve_islands(graph, candidates, costs, estimator, options.progress,
+                                       left)
+        rejected = rejections(graph, candidates, costs, estimator, unmeasured)
         with _timed(timings, "search"):
-            partitioning = choose(graph, candidates, costs, estimator)
-        merges: list[Merge] = []
+            partitioning = choose(graph, candidates, costs, estimator, carved=carved)
+        trials = [carved.trial(partitioning)] if carved is not None else []
         if options.merge:
             with _timed(timings, "merge"):
                 partitioning, merges = merge(partitioning, estimator)
+                trials += [merge_trial(m) for m in merges]
         with _timed(timings, "probe"):
             probed = probe_final(module, candidates, costs, partitioning, estimator,
                                  verify=verify, timeout_s=options.timeout_s, inputs=given)
@@ -498,7 +608,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
-                       names, rejected, notes, merges, given)
+                       names, rejected, notes, trials, given)
     finally:
         if owns_estimator:  # open until refinement has measured what it builds
             estimator.close()
@@ -507,7 +617,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
 def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimator,
             timings: dict[str, float], verify: bool, candidates: list[CandidatePartition],
             probed: Probed, names: list[str], rejected: list[Rejection], notes: list[str],
-            merges: list[Merge], given: list[np.ndarray] | None) -> PartitionedModel:
+            trials: list[Trial], given: list[np.ndarray] | None) -> PartitionedModel:
     """Compile the probed pick, check it end to end, refine what the check kept (on the
     `given` inputs, arranged, where there are some)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
@@ -540,7 +650,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     out = result.with_record(verdict=verdict, candidates=candidates,
                              backends_considered=names, timings=timings,
                              rejected=rejected + probed.rejected, notes=notes)
-    out.trials = [merge_trial(m) for m in merges] + (
+    out.trials = trials + (
         refinement.report(refinement.estimate_s) if refinement else [])
     out.refinement = refinement
     return out

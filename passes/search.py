@@ -21,7 +21,7 @@ from iree.compiler import ir
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.driver import choose, make_estimator, tolerance
+from collage_mlir.driver import carve_islands, choose, make_estimator, tolerance
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.passes.registry import CollagePass, option, register
@@ -51,6 +51,8 @@ class SearchPass(CollagePass):
                                 "reference (none: 0.01)")
     atol_scale: float | None = option(None, "absolute tolerance as a fraction of the output's "
                                       "magnitude (none: 0.003; quantized models may need more)")
+    islands: bool = option(True, "offer the search the cheapest whole model with the ops "
+                           "another backend runs cheaper carved out (its parts measured)")
 
     def run_on_module(self, module: ir.Operation) -> None:
         if self.unknown not in UNKNOWN_POLICIES:
@@ -69,9 +71,8 @@ class SearchPass(CollagePass):
                                        tolerance=tolerance(self.rtol, self.atol_scale))
         with estimator:
             for fn, graph, cands in work:
-                result = choose(graph, cands, estimator.estimate(cands), estimator,
-                                self.unknown)
-                write_partitioning(fn, result)
+                write_partitioning(fn, _search(graph, list(cands), estimator, self.unknown,
+                                               self.islands))
 
 
 def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
@@ -87,10 +88,19 @@ def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
 
 
 def search_function(func_op: ir.Operation, estimator: CostEstimator,
-                    unknown: str = "raise") -> Partitioning:
+                    unknown: str = "raise", islands: bool = True) -> Partitioning:
     """Python API: cost the annotated candidates of `func_op` and search (IR unchanged)."""
     graph, cands = read_candidates(func_op.operation)
-    return choose(graph, cands, estimator.estimate(cands), estimator, unknown)
+    return _search(graph, cands, estimator, unknown, islands)
+
+
+def _search(graph: DataflowGraph, cands: list, estimator: CostEstimator, unknown: str,
+            islands: bool) -> Partitioning:
+    """Cost `cands`, offer the cheapest whole model's archipelago with `islands`
+    (`driver.carve_islands`, which adds its parts to `cands`), and search."""
+    costs = estimator.estimate(cands)
+    carved = carve_islands(graph, cands, costs, estimator) if islands else None
+    return choose(graph, cands, costs, estimator, unknown, carved)
 
 
 def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:

@@ -54,6 +54,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-merge", dest="merge", action="store_false",
                    help="keep the search's regions as they are (no joining of adjacent "
                         "regions on one backend after the search)")
+    p.add_argument("--no-islands", dest="islands", action="store_false",
+                   help="offer the search no archipelago (the ops of one type another "
+                        "backend runs cheaper, carved out of the cheapest whole model)")
     p.add_argument("--refine-budget", type=non_negative_float, default=None,
                    metavar="S", help="seconds for timing the pick's neighbours end to end "
                                      "(flips to a runner-up, joined regions, islands, "
@@ -91,7 +94,8 @@ def compile_from_args(model: str, args: argparse.Namespace,
                                 verify=args.verify, input_shapes=input_shapes(args),
                                 timeout_s=args.timeout, kernel_budget_s=args.budget,
                                 measure_budget_s=args.measure_budget, prune=args.prune,
-                                merge=args.merge, refine_budget_s=args.refine_budget,
+                                merge=args.merge, islands=args.islands,
+                                refine_budget_s=args.refine_budget,
                                 executor=args.measure_on,
                                 tolerance=tolerance_of(args),
                                 inputs=load_inputs(args.inputs) if getattr(

@@ -37,7 +37,8 @@ compiled and run; given the estimator, they are measured first, in its isolated 
 a backend that crashes on one costs that neighbour, not the run (and the neighbour's
 estimate becomes a measured one); estimated then more than ESTIMATE_SLACK above the pick,
 it is not built (checked every REST_CHUNK parts, the parts not yet measured scaled as the
-measured ones came out). Each neighbour is built on a copy of the un-outlined
+measured ones came out; flips, joins, splits and baselines are tried above the pick's
+estimate: testing it is what they are for). Each neighbour is built on a copy of the un-outlined
 module, reusing the incumbent's compiled kernels for every region it shares, run once and
 compared with the incumbent's outputs, then timed side by side, interleaved, with the
 incumbent — which is timed twice, and once more as a second build of its own regions
@@ -77,20 +78,29 @@ from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.export import exported_owners
 from collage_mlir.export import node_name as node_name_k
-from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
+from collage_mlir.graph import DataflowGraph, SubGraph, iter_bits
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.placement import node_name
 from collage_mlir.runtime.model import PartitionedModel, PastDeadline, clone_module
 from collage_mlir.runtime.report import ReportRow, Trial
+from collage_mlir.search.islands import (
+    ESTIMATE_SLACK,
+    ISLAND_RULE,
+    ByNodes,
+    archipelagos,
+    by_nodes,
+    carve,
+    parts,
+    repriced,
+    scaled_guess,
+)
 from collage_mlir.search.merge import coalesce
 from collage_mlir.search.partitioning import (
     Choice,
     Partitioning,
     TransitionCost,
     adjacent_regions,
-    evaluate,
-    execution_order,
-    value_nbytes,
+    replaced,
 )
 from collage_mlir.search.search import search
 from collage_mlir.tensors import Tolerance, compare, model_inputs
@@ -114,21 +124,10 @@ MAX_BASELINES = 1
 BASELINE = "baseline"
 MAX_ISLANDS = 4
 """Island neighbours at most (each compiles most of the model again on its backend)."""
-MAX_ARCHIPELAGOS = 1
-"""Neighbours carving every island of one op type at once, at most."""
-MAX_CARVED = 64
-"""Islands one such neighbour carves at most (each remainder part is measured first)."""
 MAX_SPLITS = 2
 """Split neighbours at most, for the regions with the most ops (each is a search)."""
 MAX_SPLIT_MERGES = 16
 """Unions a split's parts may be merged by (`search.merge.coalesce`), each measured."""
-ESTIMATE_SLACK = 0.15
-"""An island neighbour whose estimate, once the parts around its islands are measured, is
-above the pick's by more than this is not built: its gain by the table is gone, chain
-estimates err by up to ~15% either way, and compiling and timing it spends the budget
-others need (MobileViT's islands, estimated 7-33% above the pick so measured, ran 9-38%
-slower). Flips, joins, splits and baselines are tried above the pick's estimate: testing
-it is what they are for."""
 REST_CHUNK = 8
 """Island remainder parts measured at a time at most (`_measured_rests`): a neighbour of
 many islands whose first parts already put it past ESTIMATE_SLACK is dropped before the rest
@@ -138,8 +137,6 @@ CLEARLY_SLOWER, MIN_SLOWER_S = 1.5, 1e-3
 MIN_SLOWER_S more, is not timed side by side: far past the ±5-20% noise of these VMs, and
 timing a much slower model spends the budget the others need."""
 SPLIT = "split"
-ISLAND_RULE = "island-rest"
-"""`rule_name` of the parts of a region around an island."""
 PHASE = "refine"
 
 Rows = Callable[[Partitioning], list[ReportRow]]
@@ -193,29 +190,26 @@ def neighbours(pick: Partitioning, candidates: Sequence[CandidatePartition],
     then cheapest estimate first; no island cuts a group in `fused`. `pick` must be over a
     live graph (not outlined)."""
     graph = pick.graph
-    by_nodes: dict[int, list[tuple[float, CandidatePartition]]] = {}
-    for c, cost in zip(candidates, costs, strict=True):
-        if math.isfinite(cost):
-            by_nodes.setdefault(c.inside, []).append((cost, c))
+    measured = by_nodes(candidates, costs)
     out = []
     for k, ch in enumerate(pick.choices):
         whole = ch.candidate.inside == graph.op_bits  # the check timed the other whole models
         if ch.runner_up is not None and ch.runner_up_cost is not None and not whole:
-            swapped = _replaced(pick, {k}, [Choice(ch.runner_up, ch.runner_up_cost)],
+            swapped = replaced(pick, {k}, [Choice(ch.runner_up, ch.runner_up_cost)],
                                 transition)
             out.append((f"flip {_label(graph, k, ch.candidate)} to {ch.runner_up.backend}",
                         swapped))
     for a, b in adjacent_regions(pick.choices):
         union = pick.choices[a].candidate.inside | pick.choices[b].candidate.inside
-        for cost, c in sorted(by_nodes.get(union, []), key=lambda t: (t[0], t[1].backend)):
-            joined = _replaced(pick, {a, b}, [Choice(c, cost)], transition)
+        for cost, c in sorted(measured.get(union, []), key=lambda t: (t[0], t[1].backend)):
+            joined = replaced(pick, {a, b}, [Choice(c, cost)], transition)
             out.append((f"join {_label(graph, a, pick.choices[a].candidate)} and "
                         f"{_label(graph, b, pick.choices[b].candidate)} on {c.backend}",
                         joined))
             break
-    whole = {inside: rivals for inside, rivals in by_nodes.items() if not _cut(inside, fused)}
+    whole = {inside: rivals for inside, rivals in measured.items() if not _cut(inside, fused)}
     out += _islands(pick, whole, transition)
-    out += _archipelagos(pick, whole, transition)
+    out += archipelagos(pick, whole, transition)
     out += _splits(pick, candidates, costs, transition)
     return _unique(sorted(out, key=_order))
 
@@ -340,7 +334,7 @@ def baseline_neighbours(pick: Partitioning,
             for name, p in rivals[:MAX_BASELINES]]
 
 
-def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
+def _islands(pick: Partitioning, measured: ByNodes,
              transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
     """For each region R on backend X, the MAX_ISLANDS measured candidates inside R on
     another backend that gain most on X's own candidate for the same nodes: R becomes the
@@ -350,7 +344,7 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
     found = []
     for k, ch in enumerate(pick.choices):
         region, backend = ch.candidate.inside, ch.candidate.backend
-        for inside, rivals in by_nodes.items():
+        for inside, rivals in measured.items():
             if inside & ~region or inside == region:
                 continue
             own = min((cost for cost, c in rivals if c.backend == backend), default=None)
@@ -368,77 +362,6 @@ def _islands(pick: Partitioning, by_nodes: Mapping[int, list[tuple[float, Candid
                     f"{_label(graph, k, pick.choices[k].candidate)}",
                     carve(pick, k, island, cost, own, transition)))
     return out
-
-
-def carve(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
-          transition: TransitionCost | None) -> Partitioning:
-    """`pick` with `island` (costing `cost`; `own` on region k's backend) carved out of
-    region k: the part of the region upstream of the island, the island, the rest. Both
-    parts are convex, and the cover stays acyclic: a region is convex, so no path leaves
-    it and comes back, and nothing downstream of the island reaches back upstream."""
-    graph, ch = pick.graph, pick.choices[k]
-    rest = ch.candidate.inside & ~island.inside
-    up = sum(1 << i for i in iter_bits(rest) if graph.downstream[i] & island.inside)
-    parts = [p for p in (up, rest & ~up) if p]
-    share = max(ch.cost - own, 0.0) / max(rest.bit_count(), 1)  # R's cost spread
-    new = [Choice(island, cost)] + [
-        Choice(CandidatePartition(SubGraph(graph, p), ch.candidate.backend, ISLAND_RULE),
-               share * p.bit_count()) for p in parts]
-    return _replaced(pick, {k}, new, transition)
-
-
-def _archipelagos(pick: Partitioning,
-                  by_nodes: Mapping[int, list[tuple[float, CandidatePartition]]],
-                  transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
-    """Every single op of one type that another backend runs cheaper than its region's
-    backend by more than the hand-offs into and out of it cost (`transition`), carved out at
-    once (one neighbour per op type and backend pair, the MAX_ARCHIPELAGOS gaining most,
-    each at most MAX_CARVED islands): a model repeating an op its backend runs slowly gains
-    little per island, too little to show beyond the noise one at a time (Mamba2's CumSums
-    on OpenVINO: 72 of them). Ops that are cheaper alone only by the other backend's
-    per-call cost (SegFormer's 64 Transposes) gain less than their hand-offs."""
-    graph = pick.graph
-    groups: dict[tuple[str, str, str], list[tuple[float, CandidatePartition, float, float]]] = {}
-    for ch in pick.choices:
-        backend = ch.candidate.backend
-        for i in iter_bits(ch.candidate.inside):
-            rivals = by_nodes.get(1 << i, [])
-            own = min((cost for cost, c in rivals if c.backend == backend), default=None)
-            best = min(((cost, c) for cost, c in rivals if c.backend != backend),
-                       key=lambda t: (t[0], t[1].backend), default=None)
-            if own is None or best is None:
-                continue
-            gain = own - best[0] - _handoffs(SubGraph(graph, 1 << i), backend,
-                                             best[1].backend, transition)
-            if gain > 0:
-                key = (graph.nodes[i].op_type, best[1].backend, backend)
-                groups.setdefault(key, []).append((gain, best[1], best[0], own))
-    ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
-                     if len(found) > 1), key=lambda t: (-t[0], t[1]))
-    out = []
-    for _, (op_type, rival, backend), found in ranked[:MAX_ARCHIPELAGOS]:
-        carved = sorted(found, key=lambda t: (-t[0], t[1].sort_key()))[:MAX_CARVED]
-        nb = pick
-        for _, island, cost, own in carved:
-            k = next(j for j, ch in enumerate(nb.choices)
-                     if not island.inside & ~ch.candidate.inside)
-            nb = carve(nb, k, island, cost, own, transition)
-        out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
-    return out
-
-
-def _handoffs(island: SubGraph, outer: str, inner: str,
-              transition: TransitionCost | None) -> float:
-    """Seconds the hand-offs of `island` (over the live graph) moved from backend `outer` to
-    `inner` cost: its computed inputs in, its results out (the model's own inputs come from
-    the host either way; 0 without a model)."""
-    if transition is None:
-        return 0.0
-    graph = island.graph
-    ins = [v for v in island.input_values if graph.nodes[v[0]].kind is NodeKind.OP]
-    return (sum(transition(outer, inner, value_nbytes(graph, v)) for v in ins)
-            + sum(transition(inner, outer, value_nbytes(graph, v))
-                  for v in island.output_values))
 
 
 def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
@@ -464,7 +387,7 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
         parts = [ch for ch in cover.choices if ch.candidate.inside & region]
         if len(parts) > 1:
             out.append((f"{SPLIT} {_label(graph, k, pick.choices[k].candidate)}",
-                        _replaced(pick, {k}, parts, transition)))
+                        replaced(pick, {k}, parts, transition)))
     return out
 
 
@@ -676,8 +599,7 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
     fixed cost, no guide to the rest): the first alone, then chunks of what the time left
     fits at the pace so far, REST_CHUNK at most, so a chunk overruns `limit_s` by one part
     at most."""
-    rests = sorted((k for k, ch in enumerate(nb.choices)
-                    if ch.candidate.rule_name == ISLAND_RULE), key=lambda k: -nb.choices[k].cost)
+    rests = parts(nb)
     if not rests:
         return nb, ""
     measured: dict[int, float] = {}
@@ -697,9 +619,7 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
         measured.update(zip(chunk, got, strict=True))
         if len(measured) == len(rests):
             break
-        shares = sum(nb.choices[k].cost for k in measured)
-        guess = _repriced(nb, measured, sum(measured.values()) / shares if shares > 0 else 1.0,
-                          transition)
+        guess = scaled_guess(nb, measured, transition)
         if math.isfinite(guess.total_cost) and guess.total_cost <= pick.total_cost:
             return guess, ""  # a gain by the estimate: timing it end to end decides
         above = _above(guess, pick)
@@ -708,7 +628,7 @@ def _measured_rests(nb: Partitioning, estimator: CostEstimator,
                            f"of the {len(rests)} parts around its islands measured and the "
                            f"rest scaled alike (past the estimates' error, "
                            f"{ESTIMATE_SLACK:.0%})")
-    return _repriced(nb, measured, 1.0, transition), ""
+    return repriced(nb, measured, 1.0, transition), ""
 
 
 def _chunk_size(done: int, spent_s: float, limit_s: float) -> int:
@@ -719,17 +639,6 @@ def _chunk_size(done: int, spent_s: float, limit_s: float) -> int:
         return REST_CHUNK
     fits = (limit_s - spent_s) / max(spent_s / done, 1e-9)
     return max(1, min(REST_CHUNK, int(fits)))
-
-
-def _repriced(nb: Partitioning, measured: Mapping[int, float], scale: float,
-              transition: TransitionCost | None) -> Partitioning:
-    """`nb` with the regions in `measured` at their measured cost, its other island
-    remainder parts at their share times `scale`."""
-    choices = [Choice(ch.candidate, measured[k] if k in measured else
-                      ch.cost * scale if ch.candidate.rule_name == ISLAND_RULE else ch.cost,
-                      ch.runner_up, ch.runner_up_cost)
-               for k, ch in enumerate(nb.choices)]
-    return _replaced(nb, set(range(len(choices))), choices, transition)
 
 
 def build_neighbour(pristine: ir.Module, nb: Partitioning,
@@ -781,17 +690,6 @@ def _rebased(p: Partitioning, graph: DataflowGraph) -> Partitioning:
 def _moved(c: CandidatePartition, graph: DataflowGraph) -> CandidatePartition:
     """`c` over `graph`, a copy of its function."""
     return CandidatePartition(SubGraph(graph, c.inside), c.backend, c.rule_name)
-
-
-def _replaced(pick: Partitioning, drop: set[int], new: Sequence[Choice],
-              transition: TransitionCost | None) -> Partitioning:
-    """`pick` with the regions in `drop` replaced by `new`, in execution order, re-priced."""
-    kept = [ch for k, ch in enumerate(pick.choices) if k not in drop] + list(new)
-    order = execution_order(pick.graph, [ch.candidate for ch in kept])
-    ordered = tuple(kept[k] for k in order)
-    total, moved = evaluate(pick.graph, [ch.candidate for ch in ordered],
-                            [ch.cost for ch in ordered], transition)
-    return Partitioning(pick.graph, ordered, total, moved, pick.states, pick.exact)
 
 
 def _label(graph: DataflowGraph, k: int, c: CandidatePartition) -> str:

@@ -274,7 +274,8 @@ SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 @dataclass
 class Trial:
-    """One change tried after the search: `phase` "merge" (a union of two adjacent regions
+    """One change tried around the search: `phase` "islands" (an archipelago carved out of
+    the cheapest whole model, its parts offered to the search), "merge" (a union of two adjacent regions
     on one backend, judged by the cover's estimate) or "refine" (a neighbour of the kept
     pick timed end to end beside it; the incumbent itself is a trial too). `estimate_s`:
     the cover's estimate with it; `measured_s`: its median end to end (refine; None when
@@ -289,8 +290,11 @@ class Trial:
 
 
 def format_trials(trials: Sequence[Trial]) -> str:
-    """What merging and refinement tried and kept, a line each for what refinement timed."""
+    """What the islands, merging and refinement tried and kept, a line each for what
+    refinement timed."""
     lines = []
+    for t in (t for t in trials if t.phase == "islands"):
+        lines.append(f"before the search: {t.what}: {t.why}")
     merges = [t for t in trials if t.phase == "merge"]
     if merges:
         kept = [t for t in merges if t.kept]

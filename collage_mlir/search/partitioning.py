@@ -133,3 +133,14 @@ def evaluate(graph: DataflowGraph, regions: Sequence[CandidatePartition],
                 moved += transition(regions[owner[value[0]]].backend, HOST,
                                     value_nbytes(graph, value))
     return math.fsum(costs) + moved, moved
+
+
+def replaced(pick: Partitioning, drop: set[int], new: Sequence[Choice],
+             transition: TransitionCost | None) -> Partitioning:
+    """`pick` with the regions in `drop` replaced by `new`, in execution order, re-priced."""
+    kept = [ch for k, ch in enumerate(pick.choices) if k not in drop] + list(new)
+    order = execution_order(pick.graph, [ch.candidate for ch in kept])
+    ordered = tuple(kept[k] for k in order)
+    total, moved = evaluate(pick.graph, [ch.candidate for ch in ordered],
+                            [ch.cost for ch in ordered], transition)
+    return Partitioning(pick.graph, ordered, total, moved, pick.states, pick.exact)

@@ -1,9 +1,11 @@
-"""The least-cost cover search (RFC phase 3): Dijkstra over sets of covered op nodes.
+"""The least-cost cover search (RFC phase 3): A* over sets of covered op nodes.
 
 From a state we take the lowest uncovered op node n (post-dfs) and try every candidate whose
 first node is n (any candidate holding n and an earlier node would overlap the covered set)
 and that overlaps nothing covered. Every exact cover is reachable this way, once, in order
-of first nodes, so the search is complete and explores no permutations.
+of first nodes, so the search is complete and explores no permutations. States are taken
+cheapest first by their cost plus a lower bound on what their uncovered nodes still cost
+(`_Remaining`, admissible and consistent, so the first full cover taken is least-cost).
 
 Costs. An edge costs the candidate's estimate plus the hand-offs it settles (the transition
 model of `partitioning`): each value crossing between the new region and a region already
@@ -19,8 +21,9 @@ set is cheaper by more than its live values could ever win back (`_Bound`); stil
 Where many long-lived values cross many branches (DeBERTa's relative-position terms feed
 every layer) the states still multiply past any budget: after `max_states` expansions the
 search starts over as a beam (`_beam`): states are taken in order of their lowest uncovered
-node, keeping the `BEAM_WIDTH` cheapest at each. That is fast but may miss a cheaper cover,
-or (rarely) every cover; the result says so (`exact`).
+node, keeping the `BEAM_WIDTH` cheapest at each (with the same bound). That is fast but may
+miss a cheaper cover, or (rarely) every cover; the result says so (`exact`), and is no
+dearer than the covers the caller knew of (`covers`: the archipelago of `islands`).
 
 Acyclicity. Two convex regions can still depend on each other. A cycle through a new region
 C exists iff C reaches itself in the quotient graph. Through uncovered nodes and through
@@ -37,6 +40,7 @@ equal cost leave the queue in insertion order, so the result is deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -52,6 +56,7 @@ from collage_mlir.search.partitioning import (
     Partitioning,
     TransitionCost,
     Value,
+    evaluate,
     execution_order,
     value_nbytes,
 )
@@ -82,19 +87,23 @@ class _Edge:
     outputs: tuple[tuple[Value, int, int], ...]  # to outside ops: (value, nbytes, consumers)
     down_out: int  # nodes reachable from the region, outside it
     merging: bool
+    share: float = 0.0  # the least its nodes can cost by `_Remaining` (set after _prepare)
 
 
 def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], transition_cost: TransitionCost | None = None,
            unknown: str = "raise", reason: Callable[[CandidatePartition], str] | None = None,
-           max_states: int = MAX_EXACT_STATES) -> Partitioning:
+           max_states: int = MAX_EXACT_STATES, covers: Sequence[Sequence[int]] = ()
+           ) -> Partitioning:
     """The least-cost exact, acyclic cover of `graph.op_bits` by `candidates`.
 
     `costs[k]` is the estimate of `candidates[k]` in seconds (+inf: never taken).
     `transition_cost(src, dst, nbytes)` prices hand-offs; None means free. When some op
     has no candidate with a finite cost, the error names it with each backend's `reason`
     (the estimator's) for its candidates there. Past `max_states` expanded states the
-    search keeps a beam of the cheapest states (`Partitioning.exact` is then False).
+    search keeps a beam of the cheapest states (`Partitioning.exact` is then False), and
+    returns the cheapest of its cover and `covers` (valid covers known beforehand, as
+    indices into `candidates`), which a beam can miss.
     """
     if len(costs) != len(candidates):
         raise ValueError(f"{len(candidates)} candidates but {len(costs)} costs")
@@ -106,13 +115,17 @@ def search(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     edges = _prepare(graph, cands, region_costs, table, nbytes)
     _check_coverable(graph, edges, cands, region_costs, reason)
     bound = _Bound(graph, table, nbytes) if table is not None else None
+    left = _Remaining(graph, edges)
+    edges = left.edges
     exact = True
     try:
-        path, total, states = _dijkstra(graph, edges, table, bound, max_states)
+        path, total, states = _dijkstra(graph, edges, table, bound, max_states, left)
     except _TooManyStates:
         exact = False
-        path, total, states = _beam(graph, edges, table, BEAM_WIDTH)
+        path, total, states = _beam(graph, edges, table, BEAM_WIDTH, left)
         states += max_states
+        path, total = _cheapest(graph, path, total, edges, order, candidates, costs, covers,
+                                transition_cost)
     chosen = [cands[e.index] for e in path]
     ranks = execution_order(graph, chosen)
     same_nodes: dict[int, list[int]] = {}
@@ -268,24 +281,52 @@ def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
 _Key = tuple[int, tuple, tuple[int, ...]]
 
 
+class _Remaining:
+    """A lower bound on what covering the uncovered nodes still costs (A*'s heuristic): each
+    op node's *share* is the least cost per node of any edge holding it, and no edge costs
+    less than its nodes' shares, hand-offs aside; so the bound never overestimates and
+    never drops by more than an edge's cost, and the search stays exact. It ranks states
+    that cover different nodes fairly: a region over many nodes has paid for them."""
+
+    def __init__(self, graph: DataflowGraph, edges: Sequence[_Edge]) -> None:
+        share: dict[int, float] = {}
+        for e in edges:
+            per = e.cost / e.inside.bit_count()
+            for i in iter_bits(e.inside):
+                share[i] = min(share.get(i, math.inf), per)
+        self.total = math.fsum(share.values())
+        self.edges = [dataclasses.replace(e, share=math.fsum(share[i] for i in iter_bits(
+            e.inside))) for e in edges]
+        self.covered: dict[int, float] = {0: 0.0}
+
+    def after(self, covered: int, e: _Edge) -> None:
+        """Note the shares of `covered | e.inside`, reached from `covered` by `e`."""
+        self.covered.setdefault(covered | e.inside, self.covered[covered] + e.share)
+
+    def __call__(self, covered: int) -> float:
+        return max(self.total - self.covered[covered], 0.0)
+
+
 def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
               table: dict[tuple[str, str, int], float] | None, bound: _Bound | None,
-              max_states: int | None) -> tuple[list[_Edge], float, int]:
-    """(path, cost, states expanded); raises _TooManyStates past `max_states` (None: no
-    limit). Only states that differ in their live values can multiply: without a bound
-    (free hand-offs) a state is its covered set, so the limit applies with a bound only."""
+              max_states: int | None, left: _Remaining
+              ) -> tuple[list[_Edge], float, int]:
+    """(path, cost, states expanded) by A* under `left`; raises _TooManyStates past
+    `max_states` (None: no limit). Only states that differ in their live values can
+    multiply: without a bound (free hand-offs) a state is its covered set, so the limit
+    applies with a bound only."""
     by_first, merging_of = _index(edges)
     start: _Key = (0, (), ())
     best: dict[_Key, float] = {start: 0.0}
     parent: dict[_Key, tuple[_Key, _Edge]] = {}
-    heap: list[tuple[float, int, _Key]] = [(0.0, 0, start)]
+    heap: list[tuple[float, int, float, _Key]] = [(left(0), 0, 0.0, start)]
     # Per (covered, merging): the cheapest state so far. Another state with the same nodes
     # placed is dropped once it costs at least that much plus the most its live values'
     # backends could still save it (`_Bound`): the cheapest one can copy its future.
     group_best: dict[tuple[int, tuple[int, ...]], tuple[float, _Key]] = {}
     seq, expanded, stuck = 1, 0, -1
     while heap:
-        cost, _, key = heapq.heappop(heap)
+        _, _, cost, key = heapq.heappop(heap)
         if cost > best[key]:
             continue
         covered = key[0]
@@ -306,7 +347,8 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
             if new_cost < best.get(new_key, math.inf):
                 best[new_key] = new_cost
                 parent[new_key] = (key, e)
-                heapq.heappush(heap, (new_cost, seq, new_key))
+                left.after(covered, e)
+                heapq.heappush(heap, (new_cost + left(new_key[0]), seq, new_cost, new_key))
                 seq += 1
         if not progressed:
             stuck = max(stuck, n)
@@ -314,11 +356,12 @@ def _dijkstra(graph: DataflowGraph, edges: Sequence[_Edge],
 
 
 def _beam(graph: DataflowGraph, edges: Sequence[_Edge],
-          table: dict[tuple[str, str, int], float] | None, width: int
+          table: dict[tuple[str, str, int], float] | None, width: int, left: _Remaining
           ) -> tuple[list[_Edge], float, int]:
     """(path, cost, states expanded) of a beam search: every successor covers its parent's
     lowest uncovered node, so states are taken bucket by bucket in order of that node, the
-    `width` cheapest of each bucket expanded and the rest dropped."""
+    `width` cheapest of each bucket, counting what their uncovered nodes still cost at
+    least (`left`), expanded and the rest dropped."""
     by_first, merging_of = _index(edges)
     start: _Key = (0, (), ())
     best: dict[_Key, float] = {start: 0.0}
@@ -328,7 +371,7 @@ def _beam(graph: DataflowGraph, edges: Sequence[_Edge],
     expanded, stuck = 0, -1
     while buckets:
         n = min(buckets)
-        kept = sorted(buckets.pop(n), key=lambda k: (best[k], k))[:width]
+        kept = sorted(buckets.pop(n), key=lambda k: (best[k] + left(k[0]), k))[:width]
         for key in kept:
             expanded += 1
             progressed = False
@@ -338,6 +381,7 @@ def _beam(graph: DataflowGraph, edges: Sequence[_Edge],
                 if new_cost >= best.get(new_key, math.inf):
                     continue
                 best[new_key], parent[new_key] = new_cost, (key, e)
+                left.after(key[0], e)
                 if new_key[0] == graph.op_bits:
                     done.append(new_key)
                 else:
@@ -460,6 +504,23 @@ def _hand_offs(e: _Edge, covered: int, new_covered: int, live: dict,
         else:
             live.pop(v, None)
     return extra, tuple(sorted(live.items()))
+
+
+def _cheapest(graph: DataflowGraph, path: list[_Edge], total: float, edges: Sequence[_Edge],
+              order: Sequence[int], candidates: Sequence[CandidatePartition],
+              costs: Sequence[float], covers: Sequence[Sequence[int]],
+              transition: TransitionCost | None) -> tuple[list[_Edge], float]:
+    """(path, total), or the cheapest of `covers` (indices into `candidates`, whose sorted
+    order is `order`) where one costs less, priced by `partitioning.evaluate`."""
+    edge_of = {order[e.index]: e for e in edges}
+    for cover in covers:
+        if not all(k in edge_of for k in cover):
+            continue  # a region of it cannot run
+        cost, _ = evaluate(graph, [candidates[k] for k in cover], [costs[k] for k in cover],
+                           transition)
+        if cost < total:
+            path, total = [edge_of[k] for k in cover], cost
+    return path, total
 
 
 def _path(parent: dict[_Key, tuple[_Key, _Edge]], key: _Key) -> list[_Edge]:

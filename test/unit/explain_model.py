@@ -69,11 +69,12 @@ def _apt_install(package: str) -> str:
 
 def mixed_model(out: Path, name: str = "squeezenet") -> tuple[collage_mlir.PartitionedModel, Path]:
     """The mixed partition of `MODELS[name]`, and where it was saved (under `out`): the
-    search's own regions (not merged after it), so each can show its runner-up."""
+    search's own rule-sized regions (not merged after it, no archipelago's parts), so each
+    can show its runner-up."""
     if len(BACKENDS) < 2:
         pytest.skip("needs onnxruntime and openvino for a mixed partition")
     model = collage_mlir.compile(MODELS[name], backends=BACKENDS, cost=f"table:{COSTS}",
-                                 max_depth=2, merge=False)
+                                 max_depth=2, merge=False, islands=False)
     assert {s.backend for s in model.plan.steps} == set(BACKENDS), "expected a mix"
     return model, model.save(out / name)
 

@@ -1,0 +1,171 @@
+"""Islands: single ops another backend runs cheaper, carved out of the region around them.
+
+A region on backend X may hold ops that backend Y runs cheaper alone, by more than the
+hand-offs into and out of them cost. Carving one out (`carve`) leaves the rest of the region
+in two parts on X, what lies upstream of the island and the remainder: both convex, and the
+cover stays acyclic. A model repeating an op its backend runs slowly (Mamba2's CumSums on
+OpenVINO) gains too little per island to show one at a time, so an *archipelago* carves
+every such op of one type at once (`archipelagos`).
+
+The parts around islands are larger than any rule's candidate (`--max-depth` bounds those),
+so a search over the annotated candidates alone covers an archipelago's neighbourhood with
+many small regions, one call each, and loses to the whole model. Two places carve instead:
+before the search, the cheapest whole model's archipelago (`whole_archipelago`), whose parts
+the driver measures and adds as candidates; after it, refinement's archipelagos of the pick
+it keeps (`check/refine.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from collage_mlir.candidate import CandidatePartition
+from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
+from collage_mlir.search.partitioning import (
+    Choice,
+    Partitioning,
+    TransitionCost,
+    evaluate,
+    replaced,
+    value_nbytes,
+)
+
+ISLAND_RULE = "island-rest"
+"""`rule_name` of the parts of a region around an island."""
+MAX_CARVED = 128
+"""Islands one archipelago carves at most (each leaves a part around it to measure)."""
+MAX_ARCHIPELAGOS = 1
+"""Archipelagos proposed per partitioning at most, the op type gaining most first."""
+
+ESTIMATE_SLACK = 0.15
+"""A carved cover estimated, once the parts around its islands are measured (or guessed from
+the first ones: `scaled_guess`), more than this above the cover it was carved from is
+dropped: its gain by the table is gone, chain estimates err by up to ~15% either way, and
+measuring, compiling and timing it spends time others need (MobileViT's islands, estimated
+7-33% above the pick so measured, ran 9-38% slower)."""
+
+ByNodes = Mapping[int, list[tuple[float, CandidatePartition]]]
+"""Node bits → (cost, candidate) of every measured, valid candidate on those nodes."""
+
+
+def by_nodes(candidates: Sequence[CandidatePartition], costs: Sequence[float]
+             ) -> dict[int, list[tuple[float, CandidatePartition]]]:
+    """The valid (finite-cost) candidates grouped by the nodes they cover (`ByNodes`)."""
+    out: dict[int, list[tuple[float, CandidatePartition]]] = {}
+    for c, cost in zip(candidates, costs, strict=True):
+        if math.isfinite(cost):
+            out.setdefault(c.inside, []).append((cost, c))
+    return out
+
+
+def carve(pick: Partitioning, k: int, island: CandidatePartition, cost: float, own: float,
+          transition: TransitionCost | None) -> Partitioning:
+    """`pick` with `island` (costing `cost`; `own` on region k's backend) carved out of
+    region k: the part of the region upstream of the island, the island, the rest, the
+    parts priced at their share of the region's cost (by op count) until measured. Both
+    parts are convex, and the cover stays acyclic: a region is convex, so no path leaves
+    it and comes back, and nothing downstream of the island reaches back upstream."""
+    graph, ch = pick.graph, pick.choices[k]
+    rest = ch.candidate.inside & ~island.inside
+    up = sum(1 << i for i in iter_bits(rest) if graph.downstream[i] & island.inside)
+    parts = [p for p in (up, rest & ~up) if p]
+    share = max(ch.cost - own, 0.0) / max(rest.bit_count(), 1)  # R's cost spread
+    new = [Choice(island, cost)] + [
+        Choice(CandidatePartition(SubGraph(graph, p), ch.candidate.backend, ISLAND_RULE),
+               share * p.bit_count()) for p in parts]
+    return replaced(pick, {k}, new, transition)
+
+
+def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCost | None,
+                 limit: int = MAX_ARCHIPELAGOS) -> list[tuple[str, Partitioning]]:
+    """(label, `pick` carved) for every single op of one type that another backend runs
+    cheaper than its region's backend by more than the hand-offs into and out of it cost
+    (`transition`), carved out at once: one per op type and backend pair, the `limit`
+    gaining most, each at most MAX_CARVED islands. Ops cheaper alone only by the other
+    backend's per-call cost (SegFormer's Transposes) gain less than their hand-offs."""
+    graph = pick.graph
+    groups: dict[tuple[str, str, str], list[tuple[float, CandidatePartition, float, float]]] = {}
+    for ch in pick.choices:
+        backend = ch.candidate.backend
+        for i in iter_bits(ch.candidate.inside):
+            rivals = measured.get(1 << i, [])
+            own = min((cost for cost, c in rivals if c.backend == backend), default=None)
+            best = min(((cost, c) for cost, c in rivals if c.backend != backend),
+                       key=lambda t: (t[0], t[1].backend), default=None)
+            if own is None or best is None:
+                continue
+            gain = own - best[0] - handoffs(SubGraph(graph, 1 << i), backend,
+                                            best[1].backend, transition)
+            if gain > 0:
+                key = (graph.nodes[i].op_type, best[1].backend, backend)
+                groups.setdefault(key, []).append((gain, best[1], best[0], own))
+    ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
+                     if len(found) > 1), key=lambda t: (-t[0], t[1]))
+    out = []
+    for _, (op_type, rival, backend), found in ranked[:limit]:
+        carved = sorted(found, key=lambda t: (-t[0], t[1].sort_key()))[:MAX_CARVED]
+        nb = pick
+        for _, island, cost, own in carved:
+            k = next(j for j, ch in enumerate(nb.choices)
+                     if not island.inside & ~ch.candidate.inside)
+            nb = carve(nb, k, island, cost, own, transition)
+        out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
+    return out
+
+
+def whole_archipelago(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                      costs: Sequence[float], transition: TransitionCost | None
+                      ) -> tuple[Partitioning, str, Partitioning] | None:
+    """(the cheapest whole model as a one-region cover, the label and the cover of its
+    archipelago: `archipelagos`), or None when no whole model is valid or no op type
+    qualifies. Its parts (`parts`) are priced at their shares until measured."""
+    wholes = [(cost, c) for c, cost in zip(candidates, costs, strict=True)
+              if c.inside == graph.op_bits and math.isfinite(cost)]
+    if not wholes:
+        return None
+    cost, whole = min(wholes, key=lambda t: (t[0], t[1].backend))
+    total, moved = evaluate(graph, [whole], [cost], transition)
+    pick = Partitioning(graph, (Choice(whole, cost),), total, moved)
+    found = archipelagos(pick, by_nodes(candidates, costs), transition, limit=1)
+    return (pick, *found[0]) if found else None
+
+
+def parts(nb: Partitioning) -> list[int]:
+    """Indices of `nb`'s regions that are parts around islands, largest share first."""
+    return sorted((k for k, ch in enumerate(nb.choices) if ch.candidate.rule_name == ISLAND_RULE),
+                  key=lambda k: -nb.choices[k].cost)
+
+
+def repriced(nb: Partitioning, measured: Mapping[int, float], scale: float,
+             transition: TransitionCost | None) -> Partitioning:
+    """`nb` with the regions in `measured` at their measured cost, its other parts around
+    islands at their share times `scale`."""
+    choices = [Choice(ch.candidate, measured[k] if k in measured else
+                      ch.cost * scale if ch.candidate.rule_name == ISLAND_RULE else ch.cost,
+                      ch.runner_up, ch.runner_up_cost)
+               for k, ch in enumerate(nb.choices)]
+    return replaced(nb, set(range(len(choices))), choices, transition)
+
+
+def scaled_guess(nb: Partitioning, measured: Mapping[int, float],
+                 transition: TransitionCost | None) -> Partitioning:
+    """`nb` priced with the parts in `measured` at their cost and the others at their share
+    scaled as the measured ones came out against theirs."""
+    shares = sum(nb.choices[k].cost for k in measured)
+    return repriced(nb, measured, sum(measured.values()) / shares if shares > 0 else 1.0,
+                    transition)
+
+
+def handoffs(island: SubGraph, outer: str, inner: str,
+             transition: TransitionCost | None) -> float:
+    """Seconds the hand-offs of `island` (over the live graph) moved from backend `outer` to
+    `inner` cost: its computed inputs in, its results out (the model's own inputs come from
+    the host either way; 0 without a model)."""
+    if transition is None:
+        return 0.0
+    graph = island.graph
+    ins = [v for v in island.input_values if graph.nodes[v[0]].kind is NodeKind.OP]
+    return (sum(transition(outer, inner, value_nbytes(graph, v)) for v in ins)
+            + sum(transition(inner, outer, value_nbytes(graph, v))
+                  for v in island.output_values))

@@ -1,0 +1,90 @@
+"""The archipelago offered to the search (`search/islands.py`, `driver.carve_islands`): the
+bundled demo model (Mamba2 layers and attention) under a cost table, a test double that
+prices its nine CumSums dear on OpenVINO and everything else dear on onnxruntime, with a
+fixed cost per call, as a CPU's slow scans and per-call overheads do."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import collage_mlir
+from collage_mlir.cost.table import TableEstimator
+from collage_mlir.driver import ISLANDS
+from collage_mlir.search.islands import ISLAND_RULE
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "bamba_tiny.onnx"
+BACKENDS = ["onnxruntime", "openvino"]
+
+
+def table(tmp_path: Path, regions: list | None = None) -> str:
+    """`cost=` for the scans' table: every region pays 5 ms a call, so covering the
+    nodes around the scans with rule-sized regions costs far more than a few large parts."""
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({
+        "regions": regions or [],
+        "per_op": {"onnxruntime": {"CumSum": 1e-4, "*": 1.0},
+                   "openvino": {"CumSum": 1.0, "*": 1e-4}},
+        "per_call": {"onnxruntime": 5e-3, "openvino": 5e-3},
+        "transition": {"per_call": 1e-5}}))
+    return f"table:{path}"
+
+
+def parts(model) -> list:
+    return [ch for ch in model.partitioning.choices if ch.candidate.rule_name == ISLAND_RULE]
+
+
+def test_the_search_takes_the_whole_models_archipelago_that_small_regions_cannot_match(
+        tmp_path) -> None:
+    """Carved out of OpenVINO's whole model, the nine scans leave seven parts around them.
+    Measured and offered to the search, they are its pick: the scans on onnxruntime, the
+    rest in those seven parts; the report says so. Without them the search covers the
+    same nodes with rule-sized regions, at a dearer estimate."""
+    carved = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path))
+    graph = carved.partitioning.graph
+    scans = Counter(ch.candidate.backend for ch in carved.partitioning.choices
+                    for i in ch.candidate.sub_graph.nodes if graph.nodes[i].op_type == "CumSum")
+    assert scans == {"onnxruntime": 9}
+    assert len(parts(carved)) == 7 and {ch.candidate.backend for ch in parts(carved)} == {
+        "openvino"}
+    (trial,) = [t for t in carved.trials if t.phase == ISLANDS]
+    assert trial.kept and trial.what == ("islands onnxruntime: 9 x CumSum out of openvino's "
+                                         "whole model")
+    assert trial.why.endswith("the search took 7 of the parts")
+    plain = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path), islands=False)
+    assert not parts(plain) and not [t for t in plain.trials if t.phase == ISLANDS]
+    assert plain.estimated_cost > carved.estimated_cost * 1.5
+
+
+def test_an_archipelago_past_the_slack_after_its_largest_part_is_not_measured_further(
+        tmp_path, monkeypatch) -> None:
+    """Parts around islands priced at 10 s each (the whole model: ~9 s): the largest share,
+    measured alone, puts the carved cover far above the whole model, so the other six are
+    never asked for, nothing is added, and the report says why."""
+    asked: list = []
+    estimate = TableEstimator.estimate
+
+    def counting(self, candidates, progress=None):
+        asked.extend(c for c in candidates if c.rule_name == ISLAND_RULE)
+        return estimate(self, candidates, progress)
+
+    monkeypatch.setattr(TableEstimator, "estimate", counting)
+    model = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path, [
+        {"rule": ISLAND_RULE, "cost": 10.0}]))
+    assert len(asked) == 1 and asked[0].inside.bit_count() > 90  # the largest share first
+    assert not parts(model)
+    (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+    assert not trial.kept and trial.estimate_s is None
+    assert trial.why.startswith("dropped: estimated ") and "with 1 of its 7 parts measured" \
+        in trial.why
+
+
+def test_no_archipelago_is_measured_once_the_measure_budget_is_spent(tmp_path) -> None:
+    """A measure budget already spent by the other candidates leaves the parts unmeasured,
+    and the report says so."""
+    model = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path),
+                                 measure_budget_s=1e-9)
+    assert not parts(model)
+    (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+    assert trial.why == "not measured: the measure budget was spent"
