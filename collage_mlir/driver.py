@@ -455,10 +455,11 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
     if bar:
         bar.close()
     cover = repriced(nb, measured, 1.0, estimator.transition_cost)
-    have: dict[tuple[str, int], int] = {}
+    have: dict[tuple[str, int], int] = {}  # (backend, nodes) → its cheapest valid candidate
     for k, (c, cost) in enumerate(zip(candidates, costs, strict=True)):
-        if math.isfinite(cost) and costs[have.setdefault((c.backend, c.inside), k)] > cost:
-            have[c.backend, c.inside] = k
+        key = (c.backend, c.inside)
+        if math.isfinite(cost) and (key not in have or cost < costs[have[key]]):
+            have[key] = k
     for k in order:
         c = cover.choices[k].candidate
         if (c.backend, c.inside) not in have:
