@@ -5,7 +5,7 @@ moved to another, timed side by side.
 model; this asks whether moving them pays end to end. It builds the model whole on OUTER
 (twice: the second build is the noise), and once more with each island (a group of ONNX
 node names, `;` between groups) carved out onto INNER the way refinement carves
-(`check/refine.carve`: the rest of the region split upstream and downstream of the island),
+(`search/islands.carve`: the rest of the region split upstream and downstream of the island),
 times them interleaved, and lists each region's median call inside whole runs of the carved
 model. `--ceiling N` carves the ceiling's N best anchors instead, each an island (of the
 nodes one backend fused into it, where it did).
@@ -24,12 +24,13 @@ import sys
 import collage_mlir
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side
-from collage_mlir.check.refine import build_neighbour, carve
+from collage_mlir.check.refine import build_neighbour
 from collage_mlir.driver import entry_graph
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.placement import node_name
 from collage_mlir.runtime.model import PartitionedModel
+from collage_mlir.search.islands import carve
 from collage_mlir.search.partitioning import Choice, Partitioning
 from collage_mlir.tensors import model_inputs
 

@@ -384,10 +384,10 @@ def _splits(pick: Partitioning, candidates: Sequence[CandidatePartition],
             cover = search(graph, [c for c, _ in pool], [cost for _, cost in pool], transition)
         except CollageError:  # some node inside has no measured candidate of its own
             continue
-        parts = [ch for ch in cover.choices if ch.candidate.inside & region]
-        if len(parts) > 1:
+        pieces = [ch for ch in cover.choices if ch.candidate.inside & region]
+        if len(pieces) > 1:
             out.append((f"{SPLIT} {_label(graph, k, pick.choices[k].candidate)}",
-                        replaced(pick, {k}, parts, transition)))
+                        replaced(pick, {k}, pieces, transition)))
     return out
 
 

@@ -28,6 +28,7 @@ from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.runtime import model as model_mod
 from collage_mlir.runtime.model import clone_module
 from collage_mlir.runtime.report import SCHEMA_PATH, format_trials
+from collage_mlir.search import islands as islands_mod
 from collage_mlir.search.partitioning import Choice, Partitioning, evaluate
 from collage_mlir.search.search import search
 from collage_mlir.tensors import model_inputs
@@ -790,7 +791,7 @@ def test_the_largest_part_around_an_island_is_measured_first(doubles, rest_ms, a
     graph = pick.graph
     fourth = graph.op_nodes()[4].index
     island = CandidatePartition(SubGraph(graph, 1 << fourth), FAULT)
-    nb = refine_mod.carve(pick, 0, island, 0.5e-3, 1e-3, None)
+    nb = islands_mod.carve(pick, 0, island, 0.5e-3, 1e-3, None)
     double = DearRestsDouble(rest_ms * 1e-3)
     priced, why = refine_mod._measured_rests(nb, double, None, pick)
     assert why == "" and [c.inside.bit_count() for c in double.asked] == [16, 4][:asked]
