@@ -29,7 +29,7 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
             max_exits: int = DEFAULT_MAX_EXITS, placement: str | os.PathLike | None = None,
             cost: str = "measure", estimator: CostEstimator | None = None,
             progress: bool = False, verify: bool | None = None,
-            verify_budget_s: float = 3.0,
+            verify_budget_s: float | None = None,
             input_shapes: InputShapes | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
             kernel_budget_s: float | None = None, measure_budget_s: float | None = None,
             prune: bool = True, merge: bool = True, islands: bool = True,
@@ -45,7 +45,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     `estimator` replaces `cost` and stays open. `verify` (default: on when costs are
     measured) times the pick end to end against the backends that could run the whole
     model for a comparable estimate and keeps the fastest (`collage_mlir.check.verify`);
-    `verify_budget_s` bounds that timing. `input_shapes` (input name → dims) makes a model
+    `verify_budget_s` bounds that timing (None: 3 s or 60 runs of the pick, whichever is
+    longer). `input_shapes` (input name → dims) makes a model
     with dynamic inputs static; the result runs on those shapes only. `timeout_s`: longest
     one candidate may take to compile, check and time (past it the candidate is out of this
     run, cached as a retryable timeout); `kernel_budget_s`: seconds of timing per kernel at

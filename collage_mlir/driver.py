@@ -88,7 +88,9 @@ class PartitionOptions:
     placement: str | os.PathLike | None = None
     cost: str = "measure"
     verify: bool | None = None
-    verify_budget_s: float = 3.0
+    verify_budget_s: float | None = None
+    """Seconds for timing the pick against the whole models (None: `verify.default_budget`,
+    scaled to one run of the pick)."""
     input_shapes: InputShapes | None = None
     progress: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S

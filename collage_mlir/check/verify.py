@@ -21,6 +21,7 @@ incumbent's faster build, by more than the widest spread the run saw.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -45,6 +46,14 @@ MARGIN = 1.5
 """Whole-model alternatives estimated above MARGIN x the pick's estimate are not tried."""
 
 MAX_ALTERNATIVES = 2
+
+DEFAULT_BUDGET_S = 3.0
+DEFAULT_BUDGET_RUNS = 60
+"""With no budget given, the check may take DEFAULT_BUDGET_S or this many runs of the pick,
+whichever is longer (`default_budget`): the rounds `rounds_for` then gives four contenders
+reach its maximum whatever the model's size. A fixed few seconds timed a 250 ms model on
+the minimum of rounds, where two whole models a few percent apart are told apart by the
+noise, not by their speed."""
 
 
 PICK = "pick"
@@ -109,6 +118,12 @@ def drifted(verdict: Verdict, pick: Partitioning, alternatives: Sequence[Partiti
     return out
 
 
+def default_budget(run_s: float) -> float:
+    """The check's budget when none is given, for a pick whose one run takes `run_s`
+    (DEFAULT_BUDGET_RUNS)."""
+    return max(DEFAULT_BUDGET_S, DEFAULT_BUDGET_RUNS * run_s)
+
+
 def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = 5, hi: int = 15) -> int:
     """Timed rounds that fit `budget_s`, given each contender's estimated seconds."""
     per_round = max(sum(e for e in estimates if math.isfinite(e)), 1e-6)
@@ -150,7 +165,7 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
-               budget_s: float, saved: Mapping[str, str] | None = None,
+               budget_s: float | None, saved: Mapping[str, str] | None = None,
                inputs: list[np.ndarray] | None = None
                ) -> tuple[Verdict | None, Partitioning | None]:
     """Time `pick` against each alternative run whole on `pristine` (the module as it was
@@ -159,7 +174,8 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
     and, when an alternative won, that alternative rebased onto `pristine`'s own graph,
     ready to be outlined and compiled in place of the pick; the verdict then keeps the
     pick's regions (`Verdict.lost`) for the report. Timed on `inputs` (the model's,
-    arranged) where given, else on made-up ones."""
+    arranged) where given, else on made-up ones, within `budget_s` (None: `default_budget`
+    for one run of the pick, timed here)."""
     inputs = inputs if inputs is not None else model_inputs(pristine)
     runners: dict[str, Runner] = {PICK: pick.run}
     regions = {PICK: len(pick.plan.steps)}
@@ -176,6 +192,8 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
              if (twin := _whole(pristine, backend, saved, inputs)) is not None}
     estimates = {**{n: a.total_cost for n, a in by_name.items()},
                  PICK: pick.estimated_cost or 0.0}
+    if budget_s is None:
+        budget_s = default_budget(_one_run_s(pick.run, inputs))
     rounds = rounds_for([estimates[PICK]] + [estimates[n] for n in (*runners, *twins)],
                         budget_s)  # the pick runs twice a round
     verdict = fastest(runners, inputs, rounds, regions, twins)
@@ -183,6 +201,14 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
         return verdict, None
     verdict.lost = LostPick(list(pick.report_rows), pick.estimated_cost, pick.partitioning)
     return verdict, _rebased(by_name[verdict.kept], pristine, pick.partitioning)
+
+
+def _one_run_s(run: Runner, inputs: list[np.ndarray]) -> float:
+    """Seconds of one call of `run` after an untimed one (which may allocate)."""
+    run(inputs)
+    start = time.perf_counter()
+    run(inputs)
+    return time.perf_counter() - start
 
 
 def _whole(pristine: ir.Module, backend: str, saved: Mapping[str, str] | None,

@@ -313,6 +313,29 @@ def test_rounds_fit_the_budget():
     assert verify.rounds_for([float("nan"), 1e-4], budget_s=1.0) == 15
 
 
+def test_with_no_budget_given_a_slow_models_check_gets_its_full_rounds():
+    """A 250 ms model against one whole model (four contenders a round: the pick twice, its
+    rival, a second build): a fixed 3 s leaves the minimum of rounds, the default budget
+    scales with one run of the pick up to the maximum; a fast model keeps the floor."""
+    contenders = [0.25] * 4
+    assert verify.rounds_for(contenders, budget_s=3.0) == 5
+    assert verify.rounds_for(contenders, budget_s=verify.default_budget(0.25)) == 15
+    assert verify.default_budget(1e-3) == verify.DEFAULT_BUDGET_S
+
+
+@pytest.mark.parametrize("given, expected", [(None, 60 * 0.25), (3.0, 3.0)])
+def test_the_check_times_within_the_given_budget_or_one_scaled_to_the_pick(
+        monkeypatch, given, expected):
+    budgets = []
+    monkeypatch.setattr(verify, "_one_run_s", lambda run, inputs: 0.25)
+    monkeypatch.setattr(verify, "rounds_for", lambda estimates, budget_s: budgets.append(
+        budget_s) or 5)
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
+    compile_chain(["onnxruntime"], verify_budget_s=given)
+    assert budgets == [pytest.approx(expected)]
+
+
 @needs_two
 def test_verified_mix_on_alexnet_matches_onnxruntime(monkeypatch, tmp_path):
     """A table that mixes backends on alexnet, with the whole-model answer winning the
