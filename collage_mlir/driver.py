@@ -610,8 +610,10 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         hint = tolerance_hint(refused, own_quantization_error(module) if refused else None)
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
+        covers = ([(f"{carved.what}, carved before the search", carved.cover)]
+                  if carved is not None and carved.cover is not None else [])
         return _finish(module, options, estimator, timings, verify, candidates, probed,
-                       names, rejected, notes, trials, given)
+                       names, rejected, notes, trials, given, covers)
     finally:
         if owns_estimator:  # open until refinement has measured what it builds
             estimator.close()
@@ -620,9 +622,11 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
 def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimator,
             timings: dict[str, float], verify: bool, candidates: list[CandidatePartition],
             probed: Probed, names: list[str], rejected: list[Rejection], notes: list[str],
-            trials: list[Trial], given: list[np.ndarray] | None) -> PartitionedModel:
+            trials: list[Trial], given: list[np.ndarray] | None,
+            covers: Sequence[tuple[str, Partitioning]] = ()) -> PartitionedModel:
     """Compile the probed pick, check it end to end, refine what the check kept (on the
-    `given` inputs, arranged, where there are some)."""
+    `given` inputs, arranged, where there are some; the measured `covers` the search did
+    not take are its first neighbours)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
     refining = verify and options.refine_budget_s != 0
     pristine = clone_module(module) if alternatives or refining else None
@@ -647,7 +651,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                                         estimator.transition_cost, options.refine_budget_s,
                                         report_rows, estimator, [
                                             (b.name, b.partitioning) for b in notes.baselines
-                                            if b.partitioning is not None], given)
+                                            if b.partitioning is not None], given, covers)
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,

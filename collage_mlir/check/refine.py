@@ -20,6 +20,10 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   pick is. A backend compiling a whole model does not always do best by it (alexnet on
   OpenVINO: its 4-region cover ran 5% faster than the whole model, side by side), and the
   check only times whole models.
+- **carved**: a measured cover the search did not take, handed over by the caller (the
+  archipelago carved before the search, `search.islands`), tried first: the check times
+  whole models only, and the search may prefer a cover its estimates put lower. A neighbour
+  with the same regions as one before it is not built twice.
 - **baseline**: the cheapest greedy baseline of several regions (`search.greedy`: what a
   user gets without Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with
   onnxruntime for the rest) whose regions differ from the incumbent's, when the caller hands
@@ -315,6 +319,11 @@ def _order(t: tuple[str, Partitioning]) -> tuple[int, float, str]:
             p.total_cost, what)
 
 
+def _regions(p: Partitioning) -> frozenset[tuple[str, int]]:
+    """What makes two covers the same: their regions' backends and nodes."""
+    return frozenset((ch.candidate.backend, ch.candidate.inside) for ch in p.choices)
+
+
 def baseline_neighbours(pick: Partitioning,
                         baselines: Sequence[tuple[str, Partitioning]]
                         ) -> list[tuple[str, Partitioning]]:
@@ -322,16 +331,25 @@ def baseline_neighbours(pick: Partitioning,
     the MAX_BASELINES cheapest with several regions (one region is a whole model: the
     check's) and an estimate within MARGIN of the pick's (as the check's whole models)
     whose regions differ from `pick`'s, over `pick`'s graph."""
-    def regions(p: Partitioning) -> set[tuple[str, int]]:
-        return {(ch.candidate.backend, ch.candidate.inside) for ch in p.choices}
-
-    own = regions(pick)
+    own = _regions(pick)
     rivals = sorted(((name, p) for name, p in baselines
                      if len(p.choices) > 1 and p.total_cost <= MARGIN * pick.total_cost
-                     and regions(p) != own),
+                     and _regions(p) != own),
                     key=lambda t: (t[1].total_cost, t[0]))
     return [(f"{BASELINE} {name}", _rebased(p, pick.graph))
             for name, p in rivals[:MAX_BASELINES]]
+
+
+def _first_of_each(pick: Partitioning, labelled: Sequence[tuple[str, Partitioning]]
+                   ) -> list[tuple[str, Partitioning]]:
+    """`labelled` without the covers that are the pick or an earlier one (a cover handed
+    over is also the archipelago refinement proposes of the whole model the check kept)."""
+    seen, out = {_regions(pick)}, []
+    for what, p in labelled:
+        if _regions(p) not in seen:
+            seen.add(_regions(p))
+            out.append((what, p))
+    return out
 
 
 def _islands(pick: Partitioning, measured: ByNodes,
@@ -413,14 +431,17 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
            transition: TransitionCost | None, budget_s: float | None, rows: Rows,
            estimator: CostEstimator | None = None,
            baselines: Sequence[tuple[str, Partitioning]] = (),
-           inputs: list[np.ndarray] | None = None
+           inputs: list[np.ndarray] | None = None,
+           covers: Sequence[tuple[str, Partitioning]] = ()
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried. With
     `estimator`, island remainders are measured before they are built (module docstring);
     without, they are built unmeasured. `baselines`: the greedy baselines (name,
-    partitioning), tried as neighbours (`baseline_neighbours`). Neighbours are timed and
-    checked on `inputs` (the model's, arranged) where given, else on made-up ones."""
+    partitioning), tried as neighbours (`baseline_neighbours`). `covers` (label,
+    partitioning over the same node numbers): measured covers the search did not take (the
+    archipelago carved before it), tried first. Neighbours are timed and checked on
+    `inputs` (the model's, arranged) where given, else on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or (budget_s is not None and budget_s <= 0):
@@ -446,8 +467,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     fused = fusions(incumbent, pick)
-    tried = sorted(neighbours(pick, candidates, costs, transition, fused)
-                   + baseline_neighbours(pick, baselines), key=_order)
+    tried = _first_of_each(pick, [(what, _rebased(p, graph)) for what, p in covers] + sorted(
+        neighbours(pick, candidates, costs, transition, fused)
+        + baseline_neighbours(pick, baselines), key=_order))
     note = kept_whole(pick, candidates, fused)
     if note is not None:
         record.trials.append(note)

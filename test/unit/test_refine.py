@@ -676,6 +676,38 @@ def test_a_winner_the_second_timing_does_not_confirm_is_not_kept(doubles, monkey
         "faster, but not in a second timing")
 
 
+def plan(graph, *parts, rule: str = "greedy"):
+    """A cover of `graph` on numpy_test: (node bits, cost) per region."""
+    regions = [CandidatePartition(SubGraph(graph, bits), NUMPY, rule) for bits, _ in parts]
+    total, moved = evaluate(graph, regions, [cost for _, cost in parts], None)
+    return Partitioning(graph, tuple(Choice(r, cost) for r, (_, cost)
+                                     in zip(regions, parts, strict=True)), total, moved)
+
+
+def test_a_cover_handed_over_is_tried_first_once_and_can_win(doubles, monkeypatch):
+    """A measured cover the search did not take (the archipelago carved before it) is the
+    first neighbour and is kept when it times faster; one equal to the pick is not tried,
+    and the join that proposes the same cover is not built a second time."""
+    pristine, incumbent, cands, costs = chain_pick()
+    graph = live(pristine, incumbent).graph
+    first, second, last = (n.index for n in graph.op_nodes())
+    carved = plan(graph, (1 << first | 1 << second, 2.4e-3), (1 << last, 1e-3), rule="island")
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n == "carved" else 2e-3))
+    builds, build = [], refine_mod.build_neighbour
+    monkeypatch.setattr(refine_mod, "build_neighbour",
+                        lambda *a: builds.append(refine_mod._regions(a[1])) or build(*a))
+    better, record = refine_mod.refine(
+        incumbent, pristine, cands, costs, None, 5.0, driver.report_rows,
+        covers=[("carved", carved), ("the pick", live(pristine, incumbent))])
+    tried = [t.what for t in record.trials]
+    assert builds[0] == refine_mod._regions(carved) and builds.count(builds[0]) == 1
+    assert "carved" in tried and "the pick" not in tried
+    assert not any(w.startswith("join region 0") for w in tried)
+    assert [t.what for t in record.trials if t.kept] == ["carved"]
+    assert better is not None and len(better.plan.steps) == 2
+
+
 def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(doubles,
                                                                               monkeypatch):
     """Baselines handed over as (name, partitioning): one the same as the pick, a whole
@@ -687,19 +719,12 @@ def test_the_cheapest_greedy_baseline_that_differs_is_a_neighbour_and_can_win(do
     pick = live(pristine, incumbent)
     graph = pick.graph
     first, second, last = (n.index for n in graph.op_nodes())
-
-    def plan(*parts):
-        regions = [CandidatePartition(SubGraph(graph, bits), NUMPY, "greedy")
-                   for bits, _ in parts]
-        total, moved = evaluate(graph, regions, [cost for _, cost in parts], None)
-        return Partitioning(graph, tuple(Choice(r, cost) for r, (_, cost)
-                                         in zip(regions, parts, strict=True)), total, moved)
-
     pair = 1 << first | 1 << second
-    given = [("partition_for_same", pick), ("partition_for_whole", plan((graph.op_bits, 1e-4))),
-             ("partition_for_unknown", plan((pair, math.nan), (1 << last, 1e-3))),
-             ("partition_for_dear", plan((pair, 5e-3), (1 << last, 1e-3))),
-             ("partition_for_joined", plan((pair, 2.4e-3), (1 << last, 1e-3)))]
+    given = [("partition_for_same", pick),
+             ("partition_for_whole", plan(graph, (graph.op_bits, 1e-4))),
+             ("partition_for_unknown", plan(graph, (pair, math.nan), (1 << last, 1e-3))),
+             ("partition_for_dear", plan(graph, (pair, 5e-3), (1 << last, 1e-3))),
+             ("partition_for_joined", plan(graph, (pair, 2.4e-3), (1 << last, 1e-3)))]
     found = refine_mod.baseline_neighbours(pick, given)
     assert [w for w, _ in found] == ["baseline partition_for_joined"]
     assert pick.total_cost * refine_mod.MARGIN < given[3][1].total_cost  # dear: never tried
