@@ -161,7 +161,7 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     if medians[challenger] < medians[incumbent] * (1 - margin) and wins_again(
             best, incumbent, challenger, inputs, rounds, margin, time_side_by_side):
         kept = challenger
-    return Verdict(kept, medians, noise=noise)
+    return Verdict(kept, medians, noise=noise, rounds=rounds)
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],

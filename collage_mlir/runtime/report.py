@@ -185,10 +185,14 @@ class Verdict:
     noise: float | None = None
     """Widest relative difference between two medians of one contender in the same run (the
     pick timed twice; an incumbent's two builds); None: not timed."""
+    rounds: int | None = None
+    """Rounds the contenders were timed in (None: not recorded)."""
 
     def summary(self) -> str:
         cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
-        noise = f" (noise ±{self.noise:.1%})" if self.noise is not None else ""
+        said = ([f"noise ±{self.noise:.1%}"] if self.noise is not None else []) + (
+            [f"{self.rounds} rounds"] if self.rounds is not None else [])
+        noise = f" ({', '.join(said)})" if said else ""
         text = f"end-to-end check: {cells}{noise}; kept {self.kept}"
         if self.lost is not None:
             backends = sorted({r.backend for r in self.lost.rows})
@@ -202,13 +206,16 @@ class Verdict:
             out["lost"] = self.lost.to_json()
         if self.noise is not None:
             out["noise"] = self.noise
+        if self.rounds is not None:
+            out["rounds"] = self.rounds
         return out
 
     @staticmethod
     def from_json(d: Mapping) -> Verdict:
         lost = d.get("lost")
         return Verdict(d["kept"], dict(d.get("timings") or {}),
-                       LostPick.from_json(lost) if lost else None, d.get("noise"))
+                       LostPick.from_json(lost) if lost else None, d.get("noise"),
+                       d.get("rounds"))
 
 
 @dataclass
@@ -699,7 +706,7 @@ def _verdict(verdict: Verdict | None) -> dict | None:
                              "spread": r.spread} for r in verdict.lost.rows]}
     return {"kept": verdict.kept, "pick_kept": verdict.kept == "pick",
             "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()],
-            "noise": verdict.noise, "lost_pick": lost}
+            "noise": verdict.noise, "rounds": verdict.rounds, "lost_pick": lost}
 
 
 def _baselines(record: Record) -> dict:

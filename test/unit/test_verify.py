@@ -301,9 +301,12 @@ def test_real_check_times_every_contender_and_saves_the_verdict(tmp_path):
     assert set(model.verdict.timings) == {verify.PICK, "onnxruntime whole"}
     assert all(t > 0 for t in model.verdict.timings.values())
     assert "verify" in model.timings and "measure" in model.timings
+    assert model.verdict.rounds == verify.rounds_for([0.0], 0.2) == 15  # µs kernels
+    assert "15 rounds" in model.verdict.summary()
     loaded = collage_mlir.load(model.save(tmp_path / "out"))
     assert loaded.verdict.kept == model.verdict.kept
     assert loaded.verdict.timings == pytest.approx(model.verdict.timings)
+    assert loaded.verdict.rounds == 15
 
 
 def test_rounds_fit_the_budget():
@@ -332,8 +335,9 @@ def test_the_check_times_within_the_given_budget_or_one_scaled_to_the_pick(
         budget_s) or 5)
     monkeypatch.setattr(verify, "time_side_by_side",
                         fake_timings({verify.PICK: 2e-3, "onnxruntime whole": 1e-3}))
-    compile_chain(["onnxruntime"], verify_budget_s=given)
+    model = compile_chain(["onnxruntime"], verify_budget_s=given)
     assert budgets == [pytest.approx(expected)]
+    assert model.verdict.rounds == 5
 
 
 @needs_two
