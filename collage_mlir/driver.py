@@ -626,7 +626,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
             covers: Sequence[tuple[str, Partitioning]] = ()) -> PartitionedModel:
     """Compile the probed pick, check it end to end, refine what the check kept (on the
     `given` inputs, arranged, where there are some; the measured `covers` the search did
-    not take are its first neighbours)."""
+    not take are among its neighbours)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
     refining = verify and options.refine_budget_s != 0
     pristine = clone_module(module) if alternatives or refining else None

@@ -21,8 +21,8 @@ and they compile nothing no worker ran), then the others cheapest estimate first
   OpenVINO: its 4-region cover ran 5% faster than the whole model, side by side), and the
   check only times whole models.
 - **carved**: a measured cover the search did not take, handed over by the caller (the
-  archipelago carved before the search, `search.islands`), tried first: the check times
-  whole models only, and the search may prefer a cover its estimates put lower. A neighbour
+  archipelago carved before the search, `search.islands`): the check times whole models
+  only, and the search may have preferred a cover its estimates put lower. A neighbour
   with the same regions as one before it is not built twice.
 - **baseline**: the cheapest greedy baseline of several regions (`search.greedy`: what a
   user gets without Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with
@@ -440,7 +440,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     without, they are built unmeasured. `baselines`: the greedy baselines (name,
     partitioning), tried as neighbours (`baseline_neighbours`). `covers` (label,
     partitioning over the same node numbers): measured covers the search did not take (the
-    archipelago carved before it), tried first. Neighbours are timed and checked on
+    archipelago carved before it), tried as the others are. Neighbours are timed and checked on
     `inputs` (the model's, arranged) where given, else on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
@@ -467,8 +467,9 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     fused = fusions(incumbent, pick)
-    tried = _first_of_each(pick, [(what, _rebased(p, graph)) for what, p in covers] + sorted(
-        neighbours(pick, candidates, costs, transition, fused)
+    tried = _first_of_each(pick, sorted(
+        [(what, _rebased(p, graph)) for what, p in covers]
+        + neighbours(pick, candidates, costs, transition, fused)
         + baseline_neighbours(pick, baselines), key=_order))
     note = kept_whole(pick, candidates, fused)
     if note is not None:
