@@ -597,6 +597,9 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator, carved=carved)
         trials = [carved.trial(partitioning)] if carved is not None else []
+        covers = ([(f"{carved.what}, carved before the search", carved.cover)]
+                  if carved is not None and carved.cover is not None and not trials[0].kept
+                  else [])  # taken, it is the pick the check times
         if options.merge:
             with _timed(timings, "merge"):
                 partitioning, merges = merge(partitioning, estimator)
@@ -610,8 +613,6 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         hint = tolerance_hint(refused, own_quantization_error(module) if refused else None)
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
-        covers = ([(f"{carved.what}, carved before the search", carved.cover)]
-                  if carved is not None and carved.cover is not None else [])
         return _finish(module, options, estimator, timings, verify, candidates, probed,
                        names, rejected, notes, trials, given, covers)
     finally:

@@ -50,10 +50,9 @@ MAX_ALTERNATIVES = 2
 DEFAULT_BUDGET_S = 3.0
 DEFAULT_BUDGET_RUNS = 60
 """With no budget given, the check may take DEFAULT_BUDGET_S or this many runs of the pick,
-whichever is longer (`default_budget`): the rounds `rounds_for` then gives four contenders
-reach its maximum whatever the model's size. A fixed few seconds timed a 250 ms model on
-the minimum of rounds, where two whole models a few percent apart are told apart by the
-noise, not by their speed."""
+whichever is longer (`default_budget`), so that four contenders get the most rounds
+`rounds_for` gives whatever the model's size: at its fewest rounds, two whole models a few
+percent apart are told apart by the noise, not by their speed."""
 
 
 PICK = "pick"
