@@ -58,6 +58,8 @@ class WorkerConfig:
     sys_path: Sequence[str] = ()
     timeout_s: float = 60.0
     batch_size: int = 16
+    """Items per command to a backend that compiles them together (the estimator passes
+    its own, `measure.COMPILE_BATCH`)."""
     start_timeout_s: float = 120.0
     memory_limit_bytes: int = 0
     """The worker ends itself past this resident size (0: no limit); the region it was on

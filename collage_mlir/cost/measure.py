@@ -76,6 +76,10 @@ from collage_mlir.graph.subgraph import SubGraph
 
 log = logging.getLogger(__name__)
 
+COMPILE_BATCH = 64
+"""Regions a worker whose backend compiles many in one go (`shares_compiles`: IREE) gets
+per command, compiled together: each joint compile has a fixed cost of seconds (IREE's
+pipeline), which a larger batch spreads over more regions."""
 CLAIM_POLL_S = 0.5
 """How often a run waiting for another run's rows looks for them."""
 
@@ -212,7 +216,7 @@ class MeasuringEstimator(CostEstimator):
 
     def __init__(self, backends: BackendsArg, cache_path: str | Path | None = None,
                  timeout_s: float = 60.0, reference: str | None = "onnxruntime",
-                 settings: MeasureSettings | None = None, batch_size: int = 16,
+                 settings: MeasureSettings | None = None, batch_size: int = COMPILE_BATCH,
                  sys_path: Sequence[str] = (), skip_unusable: bool = False,
                  cache: CacheStore | None = None,
                  worker_memory_bytes: int | None = None,
