@@ -405,6 +405,7 @@ function overview(){
  s+=R.verdict?"<table>"+R.verdict.contenders.map(function(c){return row(c.name,ms(c.median_s)
   +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")
   +(R.verdict.noise!=null?row("noise (the pick timed twice)","±"+(100*R.verdict.noise).toFixed(1)+"%"):"")
+  +(R.verdict.rounds!=null?row("rounds",R.verdict.rounds+" side by side"):"")
   +"</table>"
   :'<p class="muted">not run (table costs, --no-verify, or no whole-model alternative within reach)</p>';
  var L=R.verdict&&R.verdict.lost_pick;

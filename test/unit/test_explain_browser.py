@@ -103,7 +103,7 @@ def test_clicking_an_op_shows_its_type_name_and_shapes(chromium, report, tmp_pat
 
 def test_the_overview_shows_the_end_to_end_check_and_its_noise(chromium, report, tmp_path):
     checked = dict(report, verdict={
-        "kept": "pick", "pick_kept": True, "noise": 0.015, "lost_pick": None,
+        "kept": "pick", "pick_kept": True, "noise": 0.015, "rounds": 15, "lost_pick": None,
         "contenders": [{"name": "pick", "median_s": 0.0101},
                        {"name": "pick (again)", "median_s": 0.01025},
                        {"name": "onnxruntime whole", "median_s": 0.012}]})
@@ -112,4 +112,4 @@ def test_the_overview_shows_the_end_to_end_check_and_its_noise(chromium, report,
     assert console == []
     _, text = details(dom)
     assert ("End-to-end check pick 10.100 ms kept pick (again) 10.250 ms onnxruntime whole "
-            "12.000 ms noise (the pick timed twice) ±1.5%") in text
+            "12.000 ms noise (the pick timed twice) ±1.5% rounds 15 side by side") in text
