@@ -2,8 +2,9 @@
 
 Exporters spell some ops in ways only some backends take. Each rewrite here replaces such a
 node by standard ops that compute the same values on every input, and only where that
-follows from the node's attributes and static shapes alone (so it runs after
-`static_shapes.make_static`, which records a static type for every value).
+follows from the node's attributes and static shapes alone (so `canonicalize` runs after
+`static_shapes.make_static`, which records a static type for every value). `respell` fixes
+spellings that shape inference itself refuses, so it runs first and needs no shapes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,33 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+
+def respell(proto: onnx.ModelProto) -> list[str]:
+    """Fix, in place, spellings with one meaning that ONNX's shape inference (and
+    onnxruntime's loader) refuse; the names of the nodes changed. Needs no shapes."""
+    return negative_transpose_perms(proto.graph)
+
+
+def negative_transpose_perms(graph: onnx.GraphProto) -> list[str]:
+    """A Transpose whose `perm` counts axes from the end (`x.permute(0, -2, -1, 1)`, which
+    torch's TorchScript exporter writes as given: transformers' Mamba2 since 5.x) gets them
+    counted from the start. The perm lists every axis once, so its length is the rank and
+    each negative entry has one meaning. Graphs inside control-flow nodes are fixed too."""
+    fixed = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                fixed += negative_transpose_perms(sub)
+        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+            continue
+        perm = next((a for a in node.attribute if a.name == "perm"), None)
+        if perm is None or all(p >= 0 for p in perm.ints):
+            continue
+        rank = len(perm.ints)
+        perm.ints[:] = [p + rank if p < 0 else p for p in perm.ints]
+        fixed.append(node.name or node.output[0])
+    return fixed
 
 
 def canonicalize(proto: onnx.ModelProto) -> list[str]:

@@ -15,7 +15,7 @@ import onnx
 from iree.compiler import ir
 from iree.compiler.extras import onnx_importer
 
-from collage_mlir.canonical import canonicalize
+from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
@@ -116,6 +116,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     check_model(proto, label)
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
+    respell(proto)
     proto = make_static(proto, label, input_shapes)
     canonicalize(proto)
     context = context or make_context()

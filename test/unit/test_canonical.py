@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 
 import collage_mlir
-from collage_mlir.canonical import canonicalize
+from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.static_shapes import make_static
 
@@ -62,6 +62,44 @@ def test_imported_whole_window_pool_runs_on_openvino() -> None:
     (got,) = whole_model_runner(module, "openvino")([x])
     np.testing.assert_allclose(got, np.maximum(x, 0).mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5)
+
+
+def _negative_perm() -> onnx.ModelProto:
+    """What torch's TorchScript exporter writes for `x.permute(0, -2, -1, 1)` (Mamba2), and the
+    same Transpose again inside an If's branch."""
+    return onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4,5] x, bool c) => (float[2,4,5,3] y, float[2,4,5,3] z) {
+      y = Transpose<perm=[0,-2,-1,1]>(x)
+      z = If(c) <then_branch = t () => (float[2,4,5,3] a) { a = Transpose<perm=[0,-2,-1,1]>(x) },
+                 else_branch = e () => (float[2,4,5,3] b) { b = Transpose<perm=[0,2,3,1]>(x) }>
+    }''')
+
+
+def test_a_negative_perm_is_counted_from_the_start_and_refused_no_more() -> None:
+    proto = _negative_perm()
+    with pytest.raises(Exception, match="perm"):  # as exported: refused by onnxruntime
+        ort.InferenceSession(proto.SerializeToString())
+    assert respell(proto) == ["y", "a"]
+    perms = [list(a.ints) for n in [proto.graph.node[0], *proto.graph.node[1].attribute[0].g.node]
+             for a in n.attribute if a.name == "perm"]
+    assert perms == [[0, 2, 3, 1], [0, 2, 3, 1]]
+    x = np.random.default_rng(2).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    y, z = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x, "c": np.array(True)})
+    np.testing.assert_array_equal(y, x.transpose(0, -2, -1, 1))
+    np.testing.assert_array_equal(z, y)
+    assert respell(proto) == []  # nothing left to fix
+
+
+def test_a_model_with_a_negative_perm_imports_and_runs() -> None:
+    proto = onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,3,4,5] x) => (float[2,4,5,3] y) {
+      r = Relu(x)
+      y = Transpose<perm=[0,-2,-1,1]>(r)
+    }''')
+    module = collage_mlir.import_onnx(proto)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    (got,) = whole_model_runner(module, "onnxruntime")([x])
+    np.testing.assert_array_equal(got, np.maximum(x, 0).transpose(0, 2, 3, 1))
 
 
 def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
