@@ -34,6 +34,11 @@ refinement kept (`check/refine.py`).
 
 "max err" is the largest |mix - onnxruntime whole| over the outputs, relative to the largest
 |onnxruntime whole| of that output.
+
+The run ends with a summary (`summary`): the geomean of mix/best over the models, the models
+where per-op winners differ (the best backend op by op at least `--differ` x the per-op
+minima) with the geomean there, and each model's verdict against its noise: faster, a tie
+or slower.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -72,6 +78,57 @@ from naming import help_text, known_model, resolve  # noqa: E402
 
 ZOO = ["bert_base", "gpt2", "vit_base", "swin_tiny", "convnext_tiny", "mobilenet_v2",
        "efficientnet_b0", "resnet50"]
+
+
+DIFFER = 1.05
+"""Per-op winners differ on a model when its best backend op by op lies this far above the
+sum of per-op minima (`op_winners`)."""
+
+
+@dataclass
+class Outcome:
+    """One model's row, as the summary reads it."""
+    model: str
+    ratio: float  # mix / the best single backend
+    noise: float  # `run_noise`
+    headroom: float  # the best backend op by op over the per-op minima (`op_winners`)
+
+    @property
+    def verdict(self) -> str:
+        """Against the best single backend, beyond the run's noise or within it."""
+        if self.ratio < 1 - self.noise:
+            return "faster"
+        return "slower" if self.ratio > 1 + self.noise else "tie"
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def summary(outcomes: list[Outcome], differ: float = DIFFER) -> list[str]:
+    """The run's verdict: geomean mix/best over all models and where per-op winners differ,
+    and which models were faster, tied or slower than the best single backend."""
+    if not outcomes:
+        return []
+    ratios = [o.ratio for o in outcomes]
+    lines = [f"geomean mix/best over {len(outcomes)} models: {geomean(ratios):.3f} "
+             f"({min(ratios):.2f}-{max(ratios):.2f})"]
+    differing = [o for o in outcomes if o.headroom >= differ]
+    if differing:
+        faster = [o.model for o in differing if o.verdict == "faster"]
+        lines.append(
+            f"per-op winners differ (best backend op by op >= {differ:.2f}x the minima) on "
+            f"{len(differing)}: " + ", ".join(f"{o.model} {o.headroom:.2f}x" for o in differing)
+            + f"; geomean mix/best there {geomean([o.ratio for o in differing]):.3f}; "
+            f"faster beyond the noise on {len(faster)} of {len(differing)}"
+            + (f" ({', '.join(faster)})" if faster else ""))
+    else:
+        lines.append(f"per-op winners differ (>= {differ:.2f}x) on none")
+    for verdict in ("faster", "tie", "slower"):
+        named = [f"{o.model} {o.ratio:.2f} (±{o.noise:.0%})" for o in outcomes
+                 if o.verdict == verdict]
+        lines.append(f"{verdict}: " + (", ".join(named) if named else "none"))
+    return lines
 
 
 def relative_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
@@ -325,6 +382,9 @@ def main() -> None:
                         "(islands=False) and time that mix beside the others")
     p.add_argument("--per-region", action="store_true",
                    help="list each region's estimate against its measured call")
+    p.add_argument("--differ", type=float, default=DIFFER, metavar="X",
+                   help="per-op winners differ where the best backend op by op is at least "
+                        "X times the per-op minima (the summary)")
     args = p.parse_args()
     unknown = [n for n in args.models.split(",") if not known_model(n)]
     if unknown:
@@ -338,6 +398,7 @@ def main() -> None:
             "| region err | regions | check kept | max err "
             "| partition s | measure s | search s | verify s |")
     print("|---" * (len(cols) + 16) + "|")
+    outcomes = []
     for name in args.models.split(","):
         try:
             row = bench_model(name, backends, args)
@@ -366,6 +427,7 @@ def main() -> None:
         for k, v in errors.items():
             print(f"|   {k}: {v} |")
         shares, headroom = row["op_winners"]
+        outcomes.append(Outcome(name, row["mix"] / best, noise, headroom))
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
@@ -390,6 +452,7 @@ def main() -> None:
             for region, (e, m) in row["region_errors"].items():
                 print(f"|   {region}: est. {e * 1e3:.3f} ms, measured {m * 1e3:.3f} ms "
                       f"({(e - m) / m:+.0%}) |")
+    print("\n".join(summary(outcomes, args.differ)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""bench/e2e.py's noise column: how far identical models landed apart in one run."""
+"""bench/e2e.py's noise column (how far identical models landed apart in one run) and the
+summary that reads each model's mix/best against it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from e2e import run_noise  # noqa: E402
+from e2e import Outcome, geomean, run_noise, summary  # noqa: E402
 
 
 @pytest.mark.parametrize("whole_on, noise", [(None, 0.01), ("openvino", 0.09)])
@@ -20,3 +21,24 @@ def test_a_mix_of_one_region_is_a_twin_of_its_backends_whole_model(whole_on, noi
     if whole_on:
         row["mix_whole_on"] = whole_on
     assert run_noise(row, ["onnxruntime", "openvino"]) == pytest.approx(noise)
+
+
+def test_the_summary_judges_each_model_against_its_own_noise():
+    outcomes = [Outcome("mamba", 0.64, 0.08, 1.54),   # faster, beyond ±8%
+                Outcome("bert", 1.03, 0.05, 1.02),    # a tie: within ±5%
+                Outcome("convnext", 1.04, 0.01, 1.10),  # slower, beyond ±1%
+                Outcome("resnet", 0.99, 0.02, 1.06)]  # a tie where winners differ
+    lines = summary(outcomes, differ=1.05)
+    assert lines[0].startswith(f"geomean mix/best over 4 models: {geomean([0.64, 1.03, 1.04, 0.99]):.3f}")
+    assert lines[1].startswith("per-op winners differ (best backend op by op >= 1.05x the minima)"
+                               " on 3: mamba 1.54x, convnext 1.10x, resnet 1.06x")
+    assert f"geomean mix/best there {geomean([0.64, 1.04, 0.99]):.3f}" in lines[1]
+    assert lines[1].endswith("faster beyond the noise on 1 of 3 (mamba)")
+    assert lines[2:] == ["faster: mamba 0.64 (±8%)", "tie: bert 1.03 (±5%), resnet 0.99 (±2%)",
+                         "slower: convnext 1.04 (±1%)"]
+
+
+def test_a_summary_with_no_differing_winners_says_so():
+    lines = summary([Outcome("bert", 1.0, 0.02, float("nan"))], differ=1.05)
+    assert lines[1] == "per-op winners differ (>= 1.05x) on none"
+    assert summary([]) == []
