@@ -37,8 +37,9 @@ refinement kept (`check/refine.py`).
 
 The run ends with a summary (`summary`): the geomean of mix/best over the models, the models
 where per-op winners differ (the best backend op by op at least `--differ` x the per-op
-minima) with the geomean there, and each model's verdict against its noise: faster, a tie
-or slower.
+minima) with the geomean there, with `--ceiling` those whose priced ceiling clears its
+noise ceiling (where a split could pay inside the whole models), and each model's verdict
+against its noise: faster, a tie or slower.
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ class Outcome:
     ratio: float  # mix / the best single backend
     noise: float  # `run_noise`
     headroom: float  # the best backend op by op over the per-op minima (`op_winners`)
+    ceiling: tuple[float, float, float] | None = None  # `ceiling_cell`, with --ceiling
+
+    @property
+    def clears(self) -> bool:
+        """Whether a split could pay inside the whole models: the priced ceiling (hand-offs
+        charged) clears what noise alone makes of the bound."""
+        return self.ceiling is not None and self.ceiling[2] > self.ceiling[1]
 
     @property
     def verdict(self) -> str:
@@ -124,6 +132,16 @@ def summary(outcomes: list[Outcome], differ: float = DIFFER) -> list[str]:
             + (f" ({', '.join(faster)})" if faster else ""))
     else:
         lines.append(f"per-op winners differ (>= {differ:.2f}x) on none")
+    bounded = [o for o in outcomes if o.ceiling is not None]
+    if bounded:
+        clear = [o for o in bounded if o.clears]
+        faster = [o.model for o in clear if o.verdict == "faster"]
+        lines.append(
+            f"the priced ceiling clears its noise ceiling on {len(clear)} of {len(bounded)}"
+            + (": " + ", ".join(f"{o.model} {o.ceiling[2]:.2f} (noise {o.ceiling[1]:.2f})"
+                                for o in clear)
+               + f"; faster beyond the noise on {len(faster)} of {len(clear)}"
+               + (f" ({', '.join(faster)})" if faster else "") if clear else ""))
     for verdict in ("faster", "tie", "slower"):
         named = [f"{o.model} {o.ratio:.2f} (±{o.noise:.0%})" for o in outcomes
                  if o.verdict == verdict]
@@ -274,15 +292,15 @@ PLAIN = "mix without islands"
 """The runner of `--without-islands`: the model partitioned with `islands=False`."""
 
 
-def ceiling_cell(source: str | onnx.ModelProto) -> str:
+def ceiling_cell(source: str | onnx.ModelProto) -> tuple[float, float, float] | str:
     """What any onnxruntime/OpenVINO split could gain, from both whole models' profilers
-    (`bench/ceiling.py`), beside what noise alone makes of that bound and what is left of
-    it with hand-offs priced; or why not."""
+    (`bench/ceiling.py`): (ceiling, what noise alone makes of that bound, what is left of it
+    with hand-offs priced); or why not."""
     try:
         pair, noise, _, _ = ceiling.measure(source, rounds=10)
     except Exception as e:  # a backend that cannot run the model whole
         return f"not measured: {str(e).strip().splitlines()[-1][:100]}"
-    return f"{pair.ratio:.3f} (noise ceiling {noise:.3f}, priced {pair.priced_ratio:.3f})"
+    return pair.ratio, noise, pair.priced_ratio
 
 
 def run_noise(row: dict, backends: list[str]) -> float:
@@ -427,7 +445,9 @@ def main() -> None:
         for k, v in errors.items():
             print(f"|   {k}: {v} |")
         shares, headroom = row["op_winners"]
-        outcomes.append(Outcome(name, row["mix"] / best, noise, headroom))
+        outcomes.append(Outcome(name, row["mix"] / best, noise, headroom,
+                                row["ceiling"] if isinstance(row.get("ceiling"), tuple)
+                                else None))
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
@@ -437,7 +457,11 @@ def main() -> None:
             print(f"|   without the archipelago: {row[PLAIN]:.2f} ms (mix / that "
                   f"{row['mix'] / row[PLAIN]:.2f}), {row['plain_regions']} regions, check "
                   f"kept {row['plain_kept']} |")
-        if "ceiling" in row:
+        if isinstance(row.get("ceiling"), tuple):
+            top, floor, priced = row["ceiling"]
+            print(f"|   ceiling of any split, in the chain: {top:.3f} (noise ceiling "
+                  f"{floor:.3f}, priced {priced:.3f}) |")
+        elif "ceiling" in row:
             print(f"|   ceiling of any split, in the chain: {row['ceiling']} |")
         refined = row["refinement"]
         budget = (f"; {refined.seconds:.0f} s of a {refined.budget_s:.0f} s budget"

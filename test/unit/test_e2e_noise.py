@@ -42,3 +42,15 @@ def test_a_summary_with_no_differing_winners_says_so():
     lines = summary([Outcome("bert", 1.0, 0.02, float("nan"))], differ=1.05)
     assert lines[1] == "per-op winners differ (>= 1.05x) on none"
     assert summary([]) == []
+
+
+def test_with_ceilings_the_summary_counts_wins_where_a_split_could_pay():
+    outcomes = [Outcome("mamba", 0.64, 0.08, 1.54, (1.46, 1.02, 1.43)),  # clears, faster
+                Outcome("mobilenet", 1.00, 0.03, 1.20, (1.15, 1.03, 1.07)),  # clears, a tie
+                Outcome("bert", 1.01, 0.02, 1.05, (1.01, 1.01, 1.005)),  # priced under noise
+                Outcome("resnet", 1.00, 0.01, 1.02)]  # no ceiling measured
+    line = [x for x in summary(outcomes) if x.startswith("the priced ceiling")]
+    assert line == ["the priced ceiling clears its noise ceiling on 2 of 3: mamba 1.43 "
+                    "(noise 1.02), mobilenet 1.07 (noise 1.03); faster beyond the noise on "
+                    "1 of 2 (mamba)"]
+    assert not any(x.startswith("the priced ceiling") for x in summary(outcomes[3:]))
