@@ -129,12 +129,19 @@ def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
 # -- shape inference on a light copy ------------------------------------------------------
 
 
+SHAPE_KEEPING = {"GroupNormalization"}
+"""Ops whose output has their first input's type and shape, but whose ONNX schema infers
+nothing (GroupNormalization-21, which torch's dynamo exporter writes at opset 21 and later):
+shape inference sees them as an Identity of that input."""
+
+
 def _light_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """`proto` without large initializer data. Every initializer is also a typed graph
-    input (IR version 3 inference sees only those); small ones keep their data."""
+    """`proto` without large initializer data, for shape inference. Every initializer is
+    also a typed graph input (IR version 3 inference sees only those); small ones keep their
+    data. SHAPE_KEEPING ops are Identities here."""
     g = proto.graph
     graph = onnx.GraphProto(name=g.name)
-    graph.node.extend(g.node)
+    graph.node.extend(_inferable(n) for n in g.node)
     graph.input.extend(g.input)
     graph.output.extend(g.output)
     listed = {i.name for i in g.input}
@@ -150,6 +157,13 @@ def _light_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
     light.functions.extend(proto.functions)
     light.graph.CopyFrom(graph)
     return light
+
+
+def _inferable(node: onnx.NodeProto) -> onnx.NodeProto:
+    if node.op_type in SHAPE_KEEPING and node.domain in ("", "ai.onnx"):
+        return onnx.helper.make_node("Identity", node.input[:1], node.output[:1],
+                                     name=node.name)
+    return node
 
 
 def infer_types(proto: onnx.ModelProto, label: str,

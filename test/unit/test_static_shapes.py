@@ -13,6 +13,7 @@ import onnx.parser
 import onnxruntime as ort
 import pytest
 
+from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.errors import CollageError
 from collage_mlir.export import export_function
 from collage_mlir.importer import import_onnx
@@ -194,6 +195,28 @@ def test_values_returned_as_they_are_keep_their_types_and_constant_outputs_fold(
     assert dims == {"y": [2, 4], "x": [2, 4], "c": [2, 3], "w": [256, 256]}
     assert [n.op_type for n in folded.graph.node] == ["Relu"]
     assert "w" in {i.name for i in folded.graph.initializer}
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_group_normalization_21_imports_and_runs(backend) -> None:
+    # ONNX infers nothing for GroupNormalization-21 (torch's dynamo exporter at opset 21+
+    # writes nn.GroupNorm so): the values after it were untyped and the import failed
+    model = onnx.parser.parse_model("""
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (float[N,4,8,8] x) => (float[N,4,8,8] y)
+          <float[4] s = {1, 2, 3, 4}, float[4] b = {0, 1, 0, 1}> {
+          n = GroupNormalization<num_groups = 2, epsilon = 0.00001>(x, s, b)
+          y = Relu(n)
+        }""")
+    module = import_onnx(model, input_shapes={"x": [2, 4, 8, 8]})
+    x = np.random.default_rng(4).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    (got,) = whole_model_runner(module, backend)([x])
+    groups = x.reshape(2, 2, -1)
+    norm = ((groups - groups.mean(-1, keepdims=True))
+            / np.sqrt(groups.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    want = np.maximum(norm * np.array([1, 2, 3, 4], np.float32).reshape(1, 4, 1, 1)
+                      + np.array([0, 1, 0, 1], np.float32).reshape(1, 4, 1, 1), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_model_with_a_dynamic_input_fails_at_once_naming_input_shape_and_flag() -> None:
