@@ -40,7 +40,9 @@ NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLi
 """Ops never folded: random ones, control flow, and DequantizeLinear — a quantized model's
 int8 weights stay int8 behind their DequantizeLinear, the pattern (DQ → Conv → Q) by which
 backends recognise an integer kernel; folded, the weights become float and so do the
-kernels."""
+kernels. A DequantizeLinear of a value folding computed (onnxruntime's static quantizer
+quantizes float shape arithmetic: MobileViT's ceil(H / patch) * patch) is folded: it
+holds no weights."""
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -217,6 +219,7 @@ class _Constants:
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.protos = {i.name: i for i in graph.initializer}
         self.arrays: dict[str, np.ndarray] = {}
+        self.computed: set[str] = set()  # by folding, not the model's own constants
         self.graph = graph
 
     def __contains__(self, name: str) -> bool:
@@ -234,6 +237,8 @@ class _Constants:
         return self.arrays[name]
 
     def add(self, name: str, array: np.ndarray) -> None:
+        """A value folding computed."""
+        self.computed.add(name)
         tensor = numpy_helper.from_array(array, name)
         self.graph.initializer.append(tensor)
         self.protos[name] = tensor
@@ -361,9 +366,7 @@ def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
         attrs = {a.name: a.i for a in node.attribute}
         start, end = attrs.get("start", 0), attrs.get("end", len(dims))
         return [np.array(dims[start:end], dtype=np.int64)]
-    if node.op_type in NO_FOLD or any(a.type in (onnx.AttributeProto.GRAPH,
-                                                 onnx.AttributeProto.GRAPHS)
-                                      for a in node.attribute):
+    if _never_folded(node, values):
         return None
     inputs = [i for i in node.input if i]
     if not all(i in values for i in inputs):
@@ -375,6 +378,15 @@ def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
     except Exception:  # an op the reference cannot evaluate stays an op
         return None
     return [_as_declared(r, types.get(o)) for r, o in zip(results, node.output, strict=False)]
+
+
+def _never_folded(node: onnx.NodeProto, values: _Constants) -> bool:
+    """NO_FOLD ops (a DequantizeLinear only of the model's own constants) and control flow."""
+    if node.op_type == "DequantizeLinear":
+        return node.input[0] not in values.computed
+    return node.op_type in NO_FOLD or any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for a in node.attribute)
 
 
 def _constant_value(node: onnx.NodeProto, opset: int) -> np.ndarray:

@@ -197,6 +197,39 @@ def test_values_returned_as_they_are_keep_their_types_and_constant_outputs_fold(
     assert "w" in {i.name for i in folded.graph.initializer}
 
 
+def test_quantized_shape_arithmetic_folds_and_weights_stay_behind_their_dequantize() -> None:
+    # onnxruntime's static quantizer quantizes float shape arithmetic (MobileViT's
+    # ceil(H / patch) * patch): that DequantizeLinear folds; the weight's does not
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,4,8,8] x) => (float[N,32,8] y)
+          <int8[8] w = {1, 2, 3, 4, 5, 6, 7, 8}, float ws = {0.5}, int8 wz = {0}> {
+          s = Shape(x)
+          i2 = Constant<value = int64[1] {2}>()
+          h = Gather<axis = 0>(s, i2)
+          hf = Cast<to = 1>(h)
+          sc = Constant<value = float {0.125}>()
+          zp = Constant<value = uint8 {0}>()
+          q = QuantizeLinear(hf, sc, zp)
+          dq = DequantizeLinear(q, sc, zp)
+          four = Constant<value = float[1] {4.0}>()
+          h4 = Mul(dq, four)
+          hi = Cast<to = 7>(h4)
+          lead = Constant<value = int64[1] {-1}>()
+          eight = Constant<value = int64[1] {8}>()
+          target = Concat<axis = 0>(lead, hi, eight)
+          r = Reshape(x, target)
+          wf = DequantizeLinear(w, ws, wz)
+          y = Add(r, wf)
+        }""")
+    folded = _folded(model, {"x": [2, 4, 8, 8]})
+    ops = [n.op_type for n in folded.graph.node]
+    assert "Shape" not in ops and "QuantizeLinear" not in ops
+    assert ops.count("DequantizeLinear") == 1  # the weight's, its input still int8
+    x = np.random.default_rng(5).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(_run(folded, {"x": x})[0], _run(model, {"x": x})[0])
+
+
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_group_normalization_21_imports_and_runs(backend) -> None:
     # ONNX infers nothing for GroupNormalization-21 (torch's dynamo exporter at opset 21+
