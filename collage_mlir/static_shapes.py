@@ -40,9 +40,14 @@ NO_FOLD = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLi
 """Ops never folded: random ones, control flow, and DequantizeLinear — a quantized model's
 int8 weights stay int8 behind their DequantizeLinear, the pattern (DQ → Conv → Q) by which
 backends recognise an integer kernel; folded, the weights become float and so do the
-kernels. A DequantizeLinear of a value folding computed (onnxruntime's static quantizer
-quantizes float shape arithmetic: MobileViT's ceil(H / patch) * patch) is folded: it
-holds no weights."""
+kernels. A DequantizeLinear of a few bytes that folding computed (onnxruntime's static
+quantizer quantizes float shape arithmetic: MobileViT's ceil(H / patch) * patch) is folded
+(`SHAPE_SIZED`); a fake-quantized weight (float, then QuantizeLinear) folds to int8 and
+stays behind its DequantizeLinear."""
+
+SHAPE_SIZED = 64
+"""Bytes, at most, of a computed value whose DequantizeLinear folds: shape arithmetic is
+scalars and short vectors, weights are not."""
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -381,9 +386,10 @@ def _try_fold(node: onnx.NodeProto, types: dict[str, onnx.ValueInfoProto],
 
 
 def _never_folded(node: onnx.NodeProto, values: _Constants) -> bool:
-    """NO_FOLD ops (a DequantizeLinear only of the model's own constants) and control flow."""
+    """NO_FOLD ops (a DequantizeLinear but of shape arithmetic) and control flow."""
     if node.op_type == "DequantizeLinear":
-        return node.input[0] not in values.computed
+        quantized = node.input[0]
+        return quantized not in values.computed or values.nbytes(quantized) > SHAPE_SIZED
     return node.op_type in NO_FOLD or any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         for a in node.attribute)

@@ -199,11 +199,14 @@ def test_values_returned_as_they_are_keep_their_types_and_constant_outputs_fold(
 
 def test_quantized_shape_arithmetic_folds_and_weights_stay_behind_their_dequantize() -> None:
     # onnxruntime's static quantizer quantizes float shape arithmetic (MobileViT's
-    # ceil(H / patch) * patch): that DequantizeLinear folds; the weight's does not
+    # ceil(H / patch) * patch): that DequantizeLinear folds; an int8 weight's does not,
+    # nor a fake-quantized float weight's (QuantizeLinear folds it to int8)
+    weights = ", ".join(str(v) for v in np.linspace(-1, 1, 256))
     model = onnx.parser.parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float[N,4,8,8] x) => (float[N,32,8] y)
-          <int8[8] w = {1, 2, 3, 4, 5, 6, 7, 8}, float ws = {0.5}, int8 wz = {0}> {
+          <int8[8] w = {1, 2, 3, 4, 5, 6, 7, 8}, float ws = {0.5}, int8 wz = {0},
+           float[32,8] f = {WEIGHTS}, float fs = {0.01}, int8 fz = {0}> {
           s = Shape(x)
           i2 = Constant<value = int64[1] {2}>()
           h = Gather<axis = 0>(s, i2)
@@ -220,12 +223,17 @@ def test_quantized_shape_arithmetic_folds_and_weights_stay_behind_their_dequanti
           target = Concat<axis = 0>(lead, hi, eight)
           r = Reshape(x, target)
           wf = DequantizeLinear(w, ws, wz)
-          y = Add(r, wf)
-        }""")
+          fq = QuantizeLinear(f, fs, fz)
+          ff = DequantizeLinear(fq, fs, fz)
+          r2 = Add(r, ff)
+          y = Add(r2, wf)
+        }""".replace("{WEIGHTS}", "{" + weights + "}"))
     folded = _folded(model, {"x": [2, 4, 8, 8]})
     ops = [n.op_type for n in folded.graph.node]
     assert "Shape" not in ops and "QuantizeLinear" not in ops
-    assert ops.count("DequantizeLinear") == 1  # the weight's, its input still int8
+    assert ops.count("DequantizeLinear") == 2  # the weights', their inputs int8
+    ints = {i.name for i in folded.graph.initializer if i.data_type == onnx.TensorProto.INT8}
+    assert {n.input[0] for n in folded.graph.node if n.op_type == "DequantizeLinear"} <= ints
     x = np.random.default_rng(5).standard_normal((2, 4, 8, 8)).astype(np.float32)
     np.testing.assert_array_equal(_run(folded, {"x": x})[0], _run(model, {"x": x})[0])
 
