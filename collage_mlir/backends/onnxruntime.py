@@ -22,6 +22,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
 from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.dialects.func import public_functions
 from collage_mlir.export import export_function
 from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
@@ -97,6 +98,20 @@ def session_options(threads: int, optimize: bool = True) -> Any:
     return so
 
 
+def passed_through(module: ir.Module) -> list[bool]:
+    """For each result of the module's entry point, whether it is one of its arguments,
+    as it is or through Identity ops (which onnxruntime removes)."""
+    fn = public_functions(module)[0]
+    block = fn.regions[0].blocks[0]
+    out = []
+    for value in list(block.operations)[-1].operands:
+        while not isinstance(value.owner, ir.Block) and \
+                onnx_view.op_type(value.owner) == "Identity":
+            value = value.owner.operands[0]
+        out.append(isinstance(value.owner, ir.Block))
+    return out
+
+
 class OrtKernel(Kernel):
     """A session plus an IO binding; inputs are re-bound only when their buffer changes.
 
@@ -104,11 +119,14 @@ class OrtKernel(Kernel):
     in-place updates of the same array are seen by the next run. The first run lets
     onnxruntime allocate the outputs; from then on every output whose shape the session
     declares static is written into a buffer the kernel owns (`run_borrowed` returns it,
-    `run` a copy), so a run allocates nothing.
+    `run` a copy), so a run allocates nothing. Not an output that is an input passed
+    through (`passthrough`): onnxruntime hands the input over and never writes the buffer
+    bound to it, which would keep the first run's values.
     """
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, passthrough: Sequence[bool] = ()) -> None:
         self.session = session
+        self._passthrough = list(passthrough) or [False] * len(session.get_outputs())
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
         self._static = [all(isinstance(d, int) for d in o.shape) for o in session.get_outputs()]
@@ -145,10 +163,11 @@ class OrtKernel(Kernel):
         values (the first run's outputs); the others stay allocated by onnxruntime."""
         owned: list[np.ndarray | None] = []
         self._binding.clear_binding_outputs()
-        for name, value, static in zip(self.output_names, first, self._static, strict=True):
+        for name, value, static, through in zip(self.output_names, first, self._static,
+                                                self._passthrough, strict=True):
             buf = None
-            if static and isinstance(value, np.ndarray) and value.dtype.kind in "biufc" \
-                    and value.size:
+            if static and not through and isinstance(value, np.ndarray) \
+                    and value.dtype.kind in "biufc" and value.size:
                 buf = aligned_empty(value.shape, value.dtype)
                 buf[...] = value
                 try:
@@ -201,9 +220,9 @@ class OnnxRuntimeBackend(Backend):
 
     def compile(self, module: ir.Module) -> Kernel:
         with model_source(export_function(module, external=True), store_of(module)) as model:
-            return self._session(model)
+            return self._session(model, module)
 
-    def _session(self, model: bytes | str) -> OrtKernel:
+    def _session(self, model: bytes | str, module: ir.Module) -> OrtKernel:
         """A kernel over the ONNX model given as bytes or a file path. The session holds the
         only copy of the weights: the model bytes are not kept (a whole model's weights
         would be held twice for as long as the kernel lives)."""
@@ -211,7 +230,7 @@ class OnnxRuntimeBackend(Backend):
 
         session = ort.InferenceSession(model, session_options(self.threads, self.optimize),
                                        providers=[PROVIDER])
-        return OrtKernel(session)
+        return OrtKernel(session, passed_through(module))
 
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
         """The region exported again as the ONNX model the session was built from
@@ -221,7 +240,7 @@ class OnnxRuntimeBackend(Backend):
         return [str(path)]
 
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
-        return self._session(stem + ".onnx")
+        return self._session(stem + ".onnx", module)
 
     def cache_options(self) -> str:
         return f"threads={self.threads},optimize={int(self.optimize)}"

@@ -8,7 +8,7 @@ chain) used to kill the run with no message. So before the parent compiles anyth
 probe (`python -m collage_mlir.check.isolated`) outlines the pick, compiles it, runs it on
 the user's inputs where given and on two sets of `tensors.make_inputs` inputs, and compares
 every output with the reference
-backend's whole model (when the estimator has a reference), does the same for each
+backend's whole model (the estimator's; onnxruntime under a cost table), does the same for each
 whole-model alternative, and saves the pick's kernels to a scratch directory, which the
 parent then loads (`PartitionedModel.from_module(saved=...)`; backends that save nothing
 compile again, in the parent, what the probe just ran). The end-to-end timing stays in the
@@ -135,7 +135,7 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         k = _index(candidates, c)
         return blamed.get(k) or estimator.reason(c)
 
-    reference = getattr(estimator, "reference", None)
+    reference = _reference_of(estimator)
     last = ""
     for _ in range(MAX_PROBES):
         alternatives = (whole_alternatives(graph, candidates, costs, pick,
@@ -222,6 +222,18 @@ def _region_names(pick: Partitioning) -> list[str]:
     """The region functions `outline` makes of `pick`, in choice order."""
     fn = function_name(pick.graph.func_op)
     return [region_name(fn, c.candidate.backend, k) for k, c in enumerate(pick.choices)]
+
+
+def _reference_of(estimator: CostEstimator) -> dict[str, Any] | None:
+    """The backend whose whole model the probe checks outputs against: a measuring
+    estimator's own (None where the user turned it off); for one that measures nothing (a
+    table), onnxruntime where it is installed, so that no pick runs unchecked."""
+    if hasattr(estimator, "reference"):
+        return estimator.reference
+    from collage_mlir.backends.registry import available_backends
+
+    return ({"target": "onnxruntime", "options": {}}
+            if "onnxruntime" in available_backends() else None)
 
 
 def _backend_specs(pick: Partitioning, alternatives: Sequence[Partitioning],

@@ -142,17 +142,23 @@ def _declared(module: ir.Module) -> list[TensorSpec | None]:
 
 
 def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
-               inputs: Sequence[list[np.ndarray]], allow: float) -> list[Outputs] | None:
-    """The reference backend's whole-model outputs per input set; None when there is no
-    reference or it cannot run the model (said as a note)."""
+               inputs: Sequence[list[np.ndarray]], allow: float
+               ) -> list[list[np.ndarray | None]] | None:
+    """The reference backend's whole-model outputs per input set, one per output of the
+    entry point: None where it returns an input or a constant as it is (no op computes
+    it: the plan returns the model's own); None when there is no reference or it cannot
+    run the model (said as a note)."""
     if spec is None:
         return None
     ch.stage(allow * 2, model="reference", backend=spec["target"], doing="compiling")
     try:
         graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
-        kernel = load_backend(spec).compile(SubGraph(graph, graph.op_bits).extract("model"))
+        whole = SubGraph(graph, graph.op_bits)
+        kernel = load_backend(spec).compile(whole.extract("model"))
+        at = {src: k for k, src in enumerate(whole.output_values)}
         ch.stage(allow * 2, model="reference", backend=spec["target"], doing="running")
-        return [kernel.run(x) for x in inputs]
+        return [[None if src not in at else out[at[src]] for src in graph.outputs]
+                for out in (kernel.run(x) for x in inputs)]
     except Exception as e:
         ch.send(note=f"reference {spec['target']} cannot run the whole model "
                      f"({_one_line(e)}); outputs not checked end to end")
@@ -252,7 +258,8 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
         call[0] = len(inputs) + 1
         outputs = announced.run(nan[0])
         lost = sum(int((np.isfinite(o) & ~np.isfinite(r)).sum())
-                   for o, r in zip(outputs, nan[1], strict=True) if o.shape == r.shape)
+                   for o, r in zip(outputs, nan[1], strict=True)
+                   if r is not None and o.shape == r.shape)
         if lost:
             ch.send(note=f"non-finite inputs: given a NaN input the pick returns {lost} "
                          "finite values where the reference's whole model returns NaN or "
@@ -268,7 +275,10 @@ def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
                     f"{np.dtype(spec.dtype)}{list(spec.shape)}")
     if len(outputs) != len(declared):
         return f"{len(outputs)} outputs, declared {len(declared)}"
-    return compare(outputs, reference, tol) if reference is not None else None
+    if reference is None:
+        return None
+    return compare(outputs, [o if r is None else r for o, r in zip(outputs, reference,
+                                                                   strict=True)], tol)
 
 
 def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],

@@ -456,6 +456,28 @@ def test_run_outputs_share_no_memory_with_inputs_or_kernel_buffers(relu_neg, nam
     np.testing.assert_array_equal(owned, np.maximum(-x, 0))  # the earlier result stands
 
 
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_an_input_returned_as_it_is_follows_every_call(name: str) -> None:
+    """A whole model that returns its input, as it is and through an Identity, beside a
+    computed output (onnxruntime hands an input over and never writes the buffer bound to
+    such an output: every call returned the first call's values)."""
+    if not BACKENDS[name].available():
+        pytest.skip(f"{name} unavailable")
+    module = import_onnx(onnx.parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+        g (float[2,8] x) => (float[2,8] y, float[2,8] x, float[2,8] z) {
+          y = Relu(x)
+          z = Identity(x)
+        }'''))
+    kernel = BACKENDS[name]().compile(module)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = rng.standard_normal((2, 8)).astype(np.float32)
+        y, same, z = kernel.run([x])
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        np.testing.assert_array_equal(same, x)
+        np.testing.assert_array_equal(z, x)
+
+
 def test_aligned_empty_is_aligned_and_shaped() -> None:
     for shape, dtype in (((3, 5), np.float32), ((0,), np.int64), ((7,), np.bool_)):
         a = aligned_empty(shape, dtype)
