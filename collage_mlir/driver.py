@@ -26,7 +26,7 @@ from collage_mlir.backends.registry import available_backends, registered_backen
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.isolated import Probed, probe_final
 from collage_mlir.check.quantized import quantization_error
-from collage_mlir.check.refine import refine
+from collage_mlir.check.refine import build_neighbour, refine
 from collage_mlir.check.verify import check_pick, drifted
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
@@ -51,8 +51,8 @@ from collage_mlir.runtime.report import (
     summarize_op_types,
 )
 from collage_mlir.search.islands import (
-    ESTIMATE_SLACK,
     ISLAND_RULE,
+    TIMING_SLACK,
     parts,
     repriced,
     scaled_guess,
@@ -63,7 +63,14 @@ from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.static_shapes import InputShapes
-from collage_mlir.tensors import Inputs, argument_specs, arrange_inputs
+from collage_mlir.tensors import (
+    Inputs,
+    Tolerance,
+    argument_specs,
+    arrange_inputs,
+    compare,
+    model_inputs,
+)
 
 DEFAULT_MAX_DEPTH = 3
 """Measured with onnxruntime, openvino and iree (max-exits=1): light_resnet50 has 177/340/
@@ -421,7 +428,7 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
     (in place); None when there is no archipelago. The search covers the nodes around an
     island with rule-sized candidates only, a call each, so it cannot price this cover
     otherwise. The largest part is measured alone first: when, the others scaled alike, the
-    cover lies more than ESTIMATE_SLACK above the whole model, nothing is added (a part that
+    cover lies more than TIMING_SLACK above the whole model, nothing is added (a part that
     cannot run drops it too). `left_s`: what the measure budget leaves (none left: nothing
     is measured)."""
     found = whole_archipelago(graph, candidates, costs, estimator.transition_cost)
@@ -447,13 +454,13 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
             bar(len(measured), len(order))
         guess = scaled_guess(nb, measured, estimator.transition_cost)
         above = guess.total_cost / whole.total_cost - 1
-        if above > ESTIMATE_SLACK:
+        if above > TIMING_SLACK:
             if bar:
                 bar.close()
             return Carved(what, None, whole.total_cost, (
                 f"dropped: estimated {above:.0%} above the whole model with {len(measured)} "
-                f"of its {len(order)} parts measured (past the estimates' error, "
-                f"{ESTIMATE_SLACK:.0%})"))
+                f"of its {len(order)} parts measured (past what the check times, "
+                f"{TIMING_SLACK:.0%})"))
     if bar:
         bar.close()
     cover = repriced(nb, measured, 1.0, estimator.transition_cost)
@@ -637,14 +644,20 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     verdict = None
     if alternatives:
         with _timed(timings, "verify"):
+            challengers, covers = carved_contenders(result, pristine, covers, given,
+                                                    estimator.tolerance, trials)
             verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s,
-                                       probed.whole, given)
+                                       probed.whole, given, challengers)
             if verdict is not None:
                 remeasure_drifted(estimator, verdict, partitioning, alternatives)
-            if kept is not None:
+                _record_carved(trials, verdict)
+            if kept is not None and verdict.kept in challengers:
+                result = challengers[verdict.kept]  # built and checked already
+            elif kept is not None:
                 result = None  # the pick's kernels go before the kept model is compiled
                 refine_base = clone_module(pristine) if refining else None
                 result = build(pristine, kept, probed.saved_for(kept))
+            challengers = {}
     refinement = None
     if refining:
         with _timed(timings, "refine"):
@@ -662,6 +675,57 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
         refinement.report(refinement.estimate_s) if refinement else [])
     out.refinement = refinement
     return out
+
+
+CARVED = "carved archipelago"
+"""Contender name, in the end-to-end check, of the archipelago carved before the search."""
+MAX_CHECKED_REGIONS = 64
+"""A carved cover of more regions is left to refinement (its budget bounds the build): the
+check builds its contenders unbounded."""
+
+
+def carved_contenders(pick: PartitionedModel, pristine: ir.Module,
+                      covers: Sequence[tuple[str, Partitioning]],
+                      given: list[np.ndarray] | None, tolerance: Tolerance,
+                      trials: list[Trial]
+                      ) -> tuple[dict[str, PartitionedModel], list[tuple[str, Partitioning]]]:
+    """The measured carved cover the search did not take (`covers`), built from `pristine`
+    (sharing the pick's kernels where regions agree) and checked against the pick's
+    numbers, as a challenger for the end-to-end check (CARVED → model); and the covers left
+    to refinement (one the check cannot time: too many regions, a build that fails or
+    wrong numbers, said in the islands trial)."""
+    out: dict[str, PartitionedModel] = {}
+    left = []
+    for what, cover in covers:
+        why = ""
+        if len(cover.choices) > MAX_CHECKED_REGIONS:
+            why = f"{len(cover.choices)} regions, more than the check builds ({MAX_CHECKED_REGIONS})"
+        else:
+            inputs = given if given is not None else model_inputs(pristine)
+            try:
+                model = build_neighbour(pristine, cover, pick, report_rows)
+                why = compare(model.run(inputs), pick.run(inputs), tolerance) or ""
+            except Exception as e:  # a cover that fails here is not a contender
+                why = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
+        if why:
+            left.append((what, cover))
+            for t in trials:
+                if t.phase == ISLANDS:
+                    t.why += f"; not timed by the end-to-end check: {why}"
+        elif CARVED not in out:
+            out[CARVED] = model
+    return out, left
+
+
+def _record_carved(trials: list[Trial], verdict: Verdict) -> None:
+    """The islands trial gets the carved cover's end-to-end time, kept when the check kept
+    it."""
+    timed = verdict.timings.get(CARVED)
+    for t in trials:
+        if t.phase == ISLANDS and timed is not None:
+            t.measured_s, t.kept = timed, verdict.kept == CARVED
+            t.why += (f"; the end-to-end check timed it at {timed * 1e3:.4g} ms and "
+                      + ("kept it" if t.kept else f"kept {verdict.kept}"))
 
 
 QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear"}

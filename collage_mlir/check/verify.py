@@ -15,7 +15,9 @@ That makes "never slower than the best single backend beyond the noise" a measur
 not an estimate. Whatever can be the incumbent (the pick when it is one region over the
 whole model, else every whole model) is also timed as a second, separately loaded
 instance: builds of one model differ by a few percent, so a challenger must beat the
-incumbent's faster build, by more than the widest spread the run saw.
+incumbent's faster build, by more than the widest spread the run saw. The caller may add
+challengers of several regions it built (the archipelago carved before the search, when
+the search took another cover): they can replace the incumbent, never be it.
 """
 
 from __future__ import annotations
@@ -138,7 +140,8 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     must earn its hand-offs). Another contender replaces the incumbent only when it is
     faster by more than the noise (and NOISE_FLOOR), and again when the two are timed
     alone: of several contenders timed once, the fastest is as often the one whose timing
-    erred lowest."""
+    erred lowest. `regions`: each contender's region count (a contender of several regions
+    other than the pick, a carved cover, is a challenger, never the incumbent)."""
     twins = dict(twins or {})
     timed = {**runners, AGAIN: runners[PICK], **{rebuilt(n): r for n, r in twins.items()}}
     medians = {t.name: t.median_s
@@ -153,7 +156,7 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
             medians[name], best[name] = other, runner
     noise = max(spreads)
     margin = max(NOISE_FLOOR, noise)
-    wholes = [n for n in medians if n != PICK]
+    wholes = [n for n in medians if n != PICK and regions[n] == 1]
     incumbent = PICK if regions[PICK] == 1 else min(wholes, key=lambda n: (medians[n], n))
     challenger = min((n for n in medians if n != incumbent), key=lambda n: (medians[n], n))
     kept = incumbent
@@ -165,16 +168,19 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
                budget_s: float | None, saved: Mapping[str, str] | None = None,
-               inputs: list[np.ndarray] | None = None
+               inputs: list[np.ndarray] | None = None,
+               challengers: Mapping[str, PartitionedModel] | None = None
                ) -> tuple[Verdict | None, Partitioning | None]:
     """Time `pick` against each alternative run whole on `pristine` (the module as it was
     before outlining; an alternative whose backend is in `saved` loads the kernel a probe
-    saved at that stem). Returns the verdict (None when no alternative could even run)
-    and, when an alternative won, that alternative rebased onto `pristine`'s own graph,
-    ready to be outlined and compiled in place of the pick; the verdict then keeps the
-    pick's regions (`Verdict.lost`) for the report. Timed on `inputs` (the model's,
-    arranged) where given, else on made-up ones, within `budget_s` (None: `default_budget`
-    for one run of the pick, timed here)."""
+    saved at that stem), and against `challengers` (name → a built model of other regions,
+    its numbers checked: the carved archipelago the search did not take). Returns the
+    verdict (None when no alternative could even run) and, when an alternative won, that
+    alternative rebased onto `pristine`'s own graph, ready to be outlined and compiled in
+    place of the pick (a challenger that won: its own partitioning; the caller keeps the
+    built model); the verdict then keeps the pick's regions (`Verdict.lost`) for the
+    report. Timed on `inputs` (the model's, arranged) where given, else on made-up ones,
+    within `budget_s` (None: `default_budget` for one run of the pick, timed here)."""
     inputs = inputs if inputs is not None else model_inputs(pristine)
     runners: dict[str, Runner] = {PICK: pick.run}
     regions = {PICK: len(pick.plan.steps)}
@@ -189,7 +195,10 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
         return None, None
     twins = {name: twin for name, backend in _incumbents(pick, by_name).items()
              if (twin := _whole(pristine, backend, saved, inputs)) is not None}
+    for name, model in (challengers or {}).items():
+        runners[name], regions[name] = model.run, len(model.plan.steps)
     estimates = {**{n: a.total_cost for n, a in by_name.items()},
+                 **{n: m.estimated_cost or 0.0 for n, m in (challengers or {}).items()},
                  PICK: pick.estimated_cost or 0.0}
     if budget_s is None:
         budget_s = default_budget(_one_run_s(pick.run, inputs))
@@ -199,6 +208,8 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
     if verdict.kept == PICK:
         return verdict, None
     verdict.lost = LostPick(list(pick.report_rows), pick.estimated_cost, pick.partitioning)
+    if verdict.kept not in by_name:
+        return verdict, challengers[verdict.kept].partitioning
     return verdict, _rebased(by_name[verdict.kept], pristine, pick.partitioning)
 
 

@@ -45,6 +45,13 @@ dropped: its gain by the table is gone, chain estimates err by up to ~15% either
 measuring, compiling and timing it spends time others need (MobileViT's islands, estimated
 7-33% above the pick so measured, ran 9-38% slower)."""
 
+TIMING_SLACK = 0.30
+"""A carved cover of the whole model estimated, once its parts are measured, more than this
+above that whole model is dropped before the search. Within it the cover is offered to the
+search and, when the search takes another, timed end to end by the check beside the whole
+models: many regions measured one at a time after a cache sweep each add up pessimistic
+against one whole model on a small model, by more than ESTIMATE_SLACK."""
+
 ByNodes = Mapping[int, list[tuple[float, CandidatePartition]]]
 """Node bits → (cost, candidate) of every measured, valid candidate on those nodes."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import collage_mlir
 from collage_mlir.cost.table import TableEstimator
-from collage_mlir.driver import ISLANDS
+from collage_mlir.driver import CARVED, ISLANDS
 from collage_mlir.search.islands import ISLAND_RULE
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "bamba_tiny.onnx"
@@ -88,3 +88,42 @@ def test_no_archipelago_is_measured_once_the_measure_budget_is_spent(tmp_path) -
     assert not parts(model)
     (trial,) = [t for t in model.trials if t.phase == ISLANDS]
     assert trial.why == "not measured: the measure budget was spent"
+
+
+def checked(tmp_path, monkeypatch, medians: dict[str, float]):
+    """The demo model with its parts priced so that the carved cover lies between the
+    search's slack and the check's above the whole model (the search takes a split of
+    small regions instead), checked end to end under fixed `medians` (nothing timed)."""
+    from test_verify import fake_timings
+
+    from collage_mlir.check import verify
+
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(medians))
+    return collage_mlir.compile(EXAMPLE, BACKENDS, verify=True, refine_budget_s=0, cost=table(
+        tmp_path, [{"rule": ISLAND_RULE, "cost": 1.5}]))
+
+
+def test_a_carved_cover_the_search_did_not_take_is_timed_by_the_check(tmp_path,
+                                                                      monkeypatch) -> None:
+    """Estimated ~17% above OpenVINO's whole model, the carved cover is not the search's
+    pick; the check builds it and times it beside the pick and the whole models, and keeps
+    it when it runs fastest: the model runs the scans on onnxruntime, the rest in its seven
+    parts, and the report says what the check timed."""
+    model = checked(tmp_path, monkeypatch, {"pick": 1.0, "openvino whole": 1.2,
+                                            "onnxruntime whole": 2.0, CARVED: 0.5})
+    assert model.verdict.kept == CARVED
+    assert len(parts(model)) == 7 and len(model.plan.steps) == 16
+    (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+    assert trial.kept and trial.measured_s == 0.5
+    assert "the search took 0 of the parts" in trial.why
+    assert trial.why.endswith("the end-to-end check timed it at 500 ms and kept it")
+
+
+def test_a_carved_cover_slower_end_to_end_leaves_the_pick(tmp_path, monkeypatch) -> None:
+    """The same carved cover timed slower than the pick: the pick stays, and the islands
+    trial says what the check timed and kept."""
+    model = checked(tmp_path, monkeypatch, {"pick": 1.0, "openvino whole": 1.2,
+                                            "onnxruntime whole": 2.0, CARVED: 1.1})
+    assert model.verdict.kept == "pick" and not parts(model)
+    (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+    assert not trial.kept and trial.why.endswith("timed it at 1100 ms and kept pick")

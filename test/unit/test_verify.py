@@ -512,3 +512,17 @@ def test_a_cache_that_cannot_mark_leaves_the_run_standing(tmp_path, monkeypatch,
     assert model.verdict is not None
     assert "not marked to be measured again: c.sqlite: the cache is read-only" \
         in capsys.readouterr().err
+
+
+def test_a_carved_challenger_is_never_the_incumbent(monkeypatch):
+    """A split pick, the whole model and a carved cover of three regions: the incumbent is
+    the whole model, so a carved cover 1% slower than the pick cannot stay by default, and
+    one faster than both beyond the noise is kept."""
+    runners = {verify.PICK: None, "onnxruntime whole": None, "carved": None}
+    regions = {verify.PICK: 12, "onnxruntime whole": 1, "carved": 3}
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 1.0, "onnxruntime whole": 1.5, "carved": 1.01}))
+    assert verify.fastest(runners, [], 5, regions).kept == verify.PICK
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {verify.PICK: 1.0, "onnxruntime whole": 1.5, "carved": 0.5}))
+    assert verify.fastest(runners, [], 5, regions).kept == "carved"
