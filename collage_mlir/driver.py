@@ -53,10 +53,11 @@ from collage_mlir.runtime.report import (
 from collage_mlir.search.islands import (
     ISLAND_RULE,
     TIMING_SLACK,
+    island_types,
     parts,
     repriced,
     scaled_guess,
-    whole_archipelago,
+    whole_archipelagos,
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
@@ -406,6 +407,11 @@ class Carved:
     indices: list[int] = field(default_factory=list)
     """The cover's regions as indices into the candidates (the search's `covers`)."""
 
+    @property
+    def contender(self) -> str:
+        """Its name among the end-to-end check's contenders."""
+        return f"carved {island_types(self.cover)}" if self.cover is not None else ""
+
     def trial(self, pick: Partitioning) -> Trial:
         """The report's line; kept when the search took every part."""
         if self.cover is None:
@@ -422,22 +428,35 @@ class Carved:
 
 def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                   costs: list[float], estimator: CostEstimator, progress: bool = False,
-                  left_s: float = math.inf) -> Carved | None:
-    """Offer the search the cheapest whole model's archipelago (`search.islands`): the parts
-    around its islands are measured, largest first, and appended to `candidates` and `costs`
-    (in place); None when there is no archipelago. The search covers the nodes around an
-    island with rule-sized candidates only, a call each, so it cannot price this cover
-    otherwise. The largest part is measured alone first: when, the others scaled alike, the
-    cover lies more than TIMING_SLACK above the whole model, nothing is added (a part that
-    cannot run drops it too). `left_s`: what the measure budget leaves (none left: nothing
-    is measured)."""
-    found = whole_archipelago(graph, candidates, costs, estimator.transition_cost)
+                  left_s: float = math.inf) -> list[Carved]:
+    """Offer the search the cheapest whole model's archipelagos (`search.islands`, at most
+    WHOLE_ARCHIPELAGOS): the parts around each one's islands are measured, largest first,
+    and appended to `candidates` and `costs` (in place); none when no archipelago
+    qualifies. The search covers the nodes around an island with rule-sized candidates only,
+    a call each, so it cannot price such a cover otherwise. `left_s`: what the measure
+    budget leaves (spent: nothing more is measured)."""
+    found = whole_archipelagos(graph, candidates, costs, estimator.transition_cost)
     if found is None:
-        return None
-    whole, what, nb = found
-    what += "'s whole model"
-    if left_s <= 0:
-        return Carved(what, None, whole.total_cost, "not measured: the measure budget was spent")
+        return []
+    whole, carved = found
+    start = time.perf_counter()
+    out = []
+    for what, nb in carved:
+        spent = left_s - (time.perf_counter() - start) <= 0
+        out.append(_carve_one(f"{what}'s whole model", nb, whole.total_cost, candidates, costs,
+                              estimator, progress, spent))
+    return out
+
+
+def _carve_one(what: str, nb: Partitioning, whole_s: float,
+               candidates: list[CandidatePartition], costs: list[float],
+               estimator: CostEstimator, progress: bool, spent: bool) -> Carved:
+    """One archipelago `nb` of the whole model (estimated `whole_s`) measured and offered
+    (`carve_islands`). The largest part is measured alone first: when, the others scaled
+    alike, the cover lies more than TIMING_SLACK above the whole model, nothing is added (a
+    part that cannot run drops it too); with the budget `spent`, nothing is measured."""
+    if spent:
+        return Carved(what, None, whole_s, "not measured: the measure budget was spent")
     order = parts(nb)
     bar = ProgressBar(ISLANDS) if progress else None
     measured: dict[int, float] = {}
@@ -447,17 +466,17 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                    None)
         if bad is not None:
             c = nb.choices[bad].candidate
-            return Carved(what, None, whole.total_cost, f"dropped: a part around its islands: "
+            return Carved(what, None, whole_s, f"dropped: a part around its islands: "
                           f"{estimator.reason(c) or 'not measurable'}")
         measured.update(zip(chunk, got, strict=True))
         if bar:
             bar(len(measured), len(order))
         guess = scaled_guess(nb, measured, estimator.transition_cost)
-        above = guess.total_cost / whole.total_cost - 1
+        above = guess.total_cost / whole_s - 1
         if above > TIMING_SLACK:
             if bar:
                 bar.close()
-            return Carved(what, None, whole.total_cost, (
+            return Carved(what, None, whole_s, (
                 f"dropped: estimated {above:.0%} above the whole model with {len(measured)} "
                 f"of its {len(order)} parts measured (past what the check times, "
                 f"{TIMING_SLACK:.0%})"))
@@ -476,7 +495,7 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
             candidates.append(c)
             costs.append(measured[k])
     indices = [have[ch.candidate.backend, ch.candidate.inside] for ch in cover.choices]
-    return Carved(what, cover, whole.total_cost, indices=indices)
+    return Carved(what, cover, whole_s, indices=indices)
 
 
 # -- search ---------------------------------------------------------------------------------
@@ -484,12 +503,12 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
 
 def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise",
-           carved: Carved | None = None) -> Partitioning:
+           carved: Sequence[Carved] = ()) -> Partitioning:
     """The least-cost cover (RFC phase 3) under the estimator's hand-off prices, no dearer
-    than the `carved` cover; says so on stderr when the search ran out of states (the cover
+    than any `carved` cover; says so on stderr when the search ran out of states (the cover
     is then not proven least-cost)."""
     pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
-                  estimator.reason, covers=[carved.indices] if carved and carved.indices else ())
+                  estimator.reason, covers=[c.indices for c in carved if c.indices])
     if not pick.exact:
         print(f"collage: search: {STATE_LIMIT_NOTE}", file=sys.stderr, flush=True)
     return pick
@@ -595,7 +614,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                         graph=graph, budget_s=options.measure_budget_s,
                                         prune=options.prune)
         left = (options.measure_budget_s or math.inf) - timings["measure"]
-        carved = None
+        carved: list[Carved] = []
         if options.islands:
             with _timed(timings, ISLANDS):
                 carved = carve_islands(graph, candidates, costs, estimator, options.progress,
@@ -603,10 +622,10 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         rejected = rejections(graph, candidates, costs, estimator, unmeasured)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator, carved=carved)
-        trials = [carved.trial(partitioning)] if carved is not None else []
-        covers = ([(f"{carved.what}, carved before the search", carved.cover)]
-                  if carved is not None and carved.cover is not None and not trials[0].kept
-                  else [])  # taken, it is the pick the check times
+        judged = [(c, c.trial(partitioning)) for c in carved]
+        trials = [t for _, t in judged]
+        untaken = [(c, t) for c, t in judged if c.cover is not None and not t.kept]
+        # taken, a cover is the pick the check times
         if options.merge:
             with _timed(timings, "merge"):
                 partitioning, merges = merge(partitioning, estimator)
@@ -621,7 +640,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         if hint:
             print(f"collage: {hint}", file=sys.stderr, flush=True)
         return _finish(module, options, estimator, timings, verify, candidates, probed,
-                       names, rejected, notes, trials, given, covers)
+                       names, rejected, notes, trials, given, untaken)
     finally:
         if owns_estimator:  # open until refinement has measured what it builds
             estimator.close()
@@ -631,11 +650,13 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
             timings: dict[str, float], verify: bool, candidates: list[CandidatePartition],
             probed: Probed, names: list[str], rejected: list[Rejection], notes: list[str],
             trials: list[Trial], given: list[np.ndarray] | None,
-            covers: Sequence[tuple[str, Partitioning]] = ()) -> PartitionedModel:
-    """Compile the probed pick, check it end to end, refine what the check kept (on the
-    `given` inputs, arranged, where there are some; the measured `covers` the search did
-    not take are among its neighbours)."""
+            untaken: Sequence[tuple[Carved, Trial]] = ()) -> PartitionedModel:
+    """Compile the probed pick, check it end to end (the measured carved covers the search
+    did not take, `untaken`, among the contenders), refine what the check kept (on the
+    `given` inputs, arranged, where there are some; carved covers the check could not time
+    are among its neighbours)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
+    covers = [(f"{c.what}, carved before the search", c.cover) for c, _ in untaken]
     refining = verify and options.refine_budget_s != 0
     pristine = clone_module(module) if alternatives or refining else None
     refine_base = pristine  # the module refinement builds its neighbours from
@@ -644,13 +665,13 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     verdict = None
     if alternatives:
         with _timed(timings, "verify"):
-            challengers, covers = carved_contenders(result, pristine, covers, given,
-                                                    estimator.tolerance, trials)
+            challengers, covers = carved_contenders(result, pristine, untaken, given,
+                                                    estimator.tolerance)
             verdict, kept = check_pick(result, pristine, alternatives, options.verify_budget_s,
                                        probed.whole, given, challengers)
             if verdict is not None:
                 remeasure_drifted(estimator, verdict, partitioning, alternatives)
-                _record_carved(trials, verdict)
+                _record_carved(untaken, verdict)
             if kept is not None and verdict.kept in challengers:
                 result = challengers[verdict.kept]  # built and checked already
             elif kept is not None:
@@ -677,55 +698,51 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     return out
 
 
-CARVED = "carved archipelago"
-"""Contender name, in the end-to-end check, of the archipelago carved before the search."""
 MAX_CHECKED_REGIONS = 64
 """A carved cover of more regions is left to refinement (its budget bounds the build): the
 check builds its contenders unbounded."""
 
 
 def carved_contenders(pick: PartitionedModel, pristine: ir.Module,
-                      covers: Sequence[tuple[str, Partitioning]],
-                      given: list[np.ndarray] | None, tolerance: Tolerance,
-                      trials: list[Trial]
+                      untaken: Sequence[tuple[Carved, Trial]],
+                      given: list[np.ndarray] | None, tolerance: Tolerance
                       ) -> tuple[dict[str, PartitionedModel], list[tuple[str, Partitioning]]]:
-    """The measured carved cover the search did not take (`covers`), built from `pristine`
+    """The measured carved covers the search did not take, each built from `pristine`
     (sharing the pick's kernels where regions agree) and checked against the pick's
-    numbers, as a challenger for the end-to-end check (CARVED → model); and the covers left
-    to refinement (one the check cannot time: too many regions, a build that fails or
-    wrong numbers, said in the islands trial)."""
+    numbers, as challengers for the end-to-end check (`Carved.contender` → model); and the
+    covers left to refinement: those the check cannot time (too many regions, a build that
+    fails or wrong numbers: their islands trial says so)."""
     out: dict[str, PartitionedModel] = {}
     left = []
-    for what, cover in covers:
+    inputs = given if given is not None else model_inputs(pristine)
+    for carved, trial in untaken:
         why = ""
-        if len(cover.choices) > MAX_CHECKED_REGIONS:
-            why = f"{len(cover.choices)} regions, more than the check builds ({MAX_CHECKED_REGIONS})"
+        if len(carved.cover.choices) > MAX_CHECKED_REGIONS:
+            why = (f"{len(carved.cover.choices)} regions, more than the check builds "
+                   f"({MAX_CHECKED_REGIONS})")
         else:
-            inputs = given if given is not None else model_inputs(pristine)
             try:
-                model = build_neighbour(pristine, cover, pick, report_rows)
+                model = build_neighbour(pristine, carved.cover, pick, report_rows)
                 why = compare(model.run(inputs), pick.run(inputs), tolerance) or ""
             except Exception as e:  # a cover that fails here is not a contender
                 why = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         if why:
-            left.append((what, cover))
-            for t in trials:
-                if t.phase == ISLANDS:
-                    t.why += f"; not timed by the end-to-end check: {why}"
-        elif CARVED not in out:
-            out[CARVED] = model
+            left.append((f"{carved.what}, carved before the search", carved.cover))
+            trial.why += f"; not timed by the end-to-end check: {why}"
+        else:
+            out[carved.contender] = model
     return out, left
 
 
-def _record_carved(trials: list[Trial], verdict: Verdict) -> None:
-    """The islands trial gets the carved cover's end-to-end time, kept when the check kept
+def _record_carved(untaken: Sequence[tuple[Carved, Trial]], verdict: Verdict) -> None:
+    """Each carved cover's islands trial gets its end-to-end time, kept when the check kept
     it."""
-    timed = verdict.timings.get(CARVED)
-    for t in trials:
-        if t.phase == ISLANDS and timed is not None:
-            t.measured_s, t.kept = timed, verdict.kept == CARVED
-            t.why += (f"; the end-to-end check timed it at {timed * 1e3:.4g} ms and "
-                      + ("kept it" if t.kept else f"kept {verdict.kept}"))
+    for carved, trial in untaken:
+        timed = verdict.timings.get(carved.contender)
+        if timed is not None:
+            trial.measured_s, trial.kept = timed, verdict.kept == carved.contender
+            trial.why += (f"; the end-to-end check timed it at {timed * 1e3:.4g} ms and "
+                          + ("kept it" if trial.kept else f"kept {verdict.kept}"))
 
 
 QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear"}

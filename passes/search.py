@@ -96,10 +96,10 @@ def search_function(func_op: ir.Operation, estimator: CostEstimator,
 
 def _search(graph: DataflowGraph, cands: list, estimator: CostEstimator, unknown: str,
             islands: bool) -> Partitioning:
-    """Cost `cands`, offer the cheapest whole model's archipelago with `islands`
+    """Cost `cands`, offer the cheapest whole model's archipelagos with `islands`
     (`driver.carve_islands`, which adds its parts to `cands`), and search."""
     costs = estimator.estimate(cands)
-    carved = carve_islands(graph, cands, costs, estimator) if islands else None
+    carved = carve_islands(graph, cands, costs, estimator) if islands else []
     return choose(graph, cands, costs, estimator, unknown, carved)
 
 

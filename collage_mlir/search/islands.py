@@ -10,7 +10,7 @@ every such op of one type at once (`archipelagos`).
 The parts around islands are larger than any rule's candidate (`--max-depth` bounds those),
 so a search over the annotated candidates alone covers an archipelago's neighbourhood with
 many small regions, one call each, and loses to the whole model. Two places carve instead:
-before the search, the cheapest whole model's archipelago (`whole_archipelago`), whose parts
+before the search, the cheapest whole model's archipelagos (`whole_archipelagos`), whose parts
 the driver measures and adds as candidates; after it, refinement's archipelagos of the pick
 it keeps (`check/refine.py`).
 """
@@ -36,7 +36,12 @@ ISLAND_RULE = "island-rest"
 MAX_CARVED = 128
 """Islands one archipelago carves at most (each leaves a part around it to measure)."""
 MAX_ARCHIPELAGOS = 1
-"""Archipelagos proposed per partitioning at most, the op type gaining most first."""
+"""Archipelagos refinement proposes per partitioning at most, the op type gaining most
+first."""
+WHOLE_ARCHIPELAGOS = 2
+"""Archipelagos carved out of the cheapest whole model before the search at most: which op
+type gains most is read off single ops timed alone, and two types close in that reading
+(the demo's CumSums and Expands) change places from one cold run to the next."""
 
 ESTIMATE_SLACK = 0.15
 """A carved cover estimated, once the parts around its islands are measured (or guessed from
@@ -121,12 +126,13 @@ def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCo
     return out
 
 
-def whole_archipelago(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-                      costs: Sequence[float], transition: TransitionCost | None
-                      ) -> tuple[Partitioning, str, Partitioning] | None:
-    """(the cheapest whole model as a one-region cover, the label and the cover of its
-    archipelago: `archipelagos`), or None when no whole model is valid or no op type
-    qualifies. Its parts (`parts`) are priced at their shares until measured."""
+def whole_archipelagos(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                       costs: Sequence[float], transition: TransitionCost | None
+                       ) -> tuple[Partitioning, list[tuple[str, Partitioning]]] | None:
+    """(the cheapest whole model as a one-region cover, the label and the cover of each of
+    its archipelagos: `archipelagos`, at most WHOLE_ARCHIPELAGOS), or None when no whole
+    model is valid or no op type qualifies. Their parts (`parts`) are priced at their
+    shares until measured."""
     wholes = [(cost, c) for c, cost in zip(candidates, costs, strict=True)
               if c.inside == graph.op_bits and math.isfinite(cost)]
     if not wholes:
@@ -134,8 +140,21 @@ def whole_archipelago(graph: DataflowGraph, candidates: Sequence[CandidatePartit
     cost, whole = min(wholes, key=lambda t: (t[0], t[1].backend))
     total, moved = evaluate(graph, [whole], [cost], transition)
     pick = Partitioning(graph, (Choice(whole, cost),), total, moved)
-    found = archipelagos(pick, by_nodes(candidates, costs), transition, limit=1)
-    return (pick, *found[0]) if found else None
+    found = archipelagos(pick, by_nodes(candidates, costs), transition, WHOLE_ARCHIPELAGOS)
+    return (pick, found) if found else None
+
+
+def island_types(nb: Partitioning) -> str:
+    """What `nb` carved, in a few words: its islands' op types and backend ("9 x CumSum on
+    onnxruntime")."""
+    graph = nb.graph
+    counts: dict[tuple[str, str], int] = {}
+    for ch in nb.choices:
+        if ch.candidate.rule_name != ISLAND_RULE:
+            for i in iter_bits(ch.candidate.inside):
+                key = (graph.nodes[i].op_type, ch.candidate.backend)
+                counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} x {op} on {backend}" for (op, backend), n in sorted(counts.items()))
 
 
 def parts(nb: Partitioning) -> list[int]:

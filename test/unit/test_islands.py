@@ -11,8 +11,11 @@ from pathlib import Path
 
 import collage_mlir
 from collage_mlir.cost.table import TableEstimator
-from collage_mlir.driver import CARVED, ISLANDS
+from collage_mlir.driver import ISLANDS
 from collage_mlir.search.islands import ISLAND_RULE
+
+CARVED = "carved 9 x CumSum on onnxruntime"
+"""The check's name for the carved cover of the demo's scans."""
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "bamba_tiny.onnx"
 BACKENDS = ["onnxruntime", "openvino"]
@@ -127,3 +130,39 @@ def test_a_carved_cover_slower_end_to_end_leaves_the_pick(tmp_path, monkeypatch)
     assert model.verdict.kept == "pick" and not parts(model)
     (trial,) = [t for t in model.trials if t.phase == ISLANDS]
     assert not trial.kept and trial.why.endswith("timed it at 1100 ms and kept pick")
+
+
+def test_the_two_op_types_gaining_most_are_each_carved_and_timed(tmp_path,
+                                                                  monkeypatch) -> None:
+    """Scans and Expands both far cheaper on onnxruntime, and a dear call on OpenVINO, so
+    that each archipelago lies 12-15% above OpenVINO's whole model, the search's pick: each
+    is measured, reported and timed by the check under its own name; the faster one end to
+    end is kept."""
+    from test_verify import fake_timings
+
+    from collage_mlir.check import verify
+
+    expands = "carved 14 x Expand on onnxruntime"
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {"pick": 1.0, "openvino whole": 1.2, "onnxruntime whole": 2.0, CARVED: 0.9,
+         expands: 0.6}))
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({
+        "per_op": {"onnxruntime": {"CumSum": 1e-4, "Expand": 1e-4, "*": 1.0},
+                   "openvino": {"CumSum": 1.0, "Expand": 1.3, "*": 1e-4}},
+        "per_call": {"onnxruntime": 5e-3, "openvino": 1.0},
+        "transition": {"per_call": 0.3}}))
+    model = collage_mlir.compile(EXAMPLE, BACKENDS, verify=True, refine_budget_s=0,
+                                 cost=f"table:{path}")
+    trials = [t for t in model.trials if t.phase == ISLANDS]
+    assert sorted(t.what.split(": ")[1].split(" out of")[0] for t in trials) == [
+        "14 x Expand", "9 x CumSum"]
+    assert all("the search took 0 of the parts" in t.why for t in trials)
+    assert set(model.verdict.timings) >= {CARVED, expands}
+    assert model.verdict.kept == expands
+    assert [t.what.startswith("islands onnxruntime: 14 x Expand") for t in trials] == [
+        t.kept for t in trials]
+    graph = model.partitioning.graph
+    moved = Counter(graph.nodes[i].op_type for ch in model.partitioning.choices
+                    if ch.candidate.backend == "onnxruntime" for i in ch.candidate.sub_graph.nodes)
+    assert moved == {"Expand": 14}
