@@ -707,17 +707,21 @@ def carved_contenders(pick: PartitionedModel, pristine: ir.Module,
                       untaken: Sequence[tuple[Carved, Trial]],
                       given: list[np.ndarray] | None, tolerance: Tolerance
                       ) -> tuple[dict[str, PartitionedModel], list[tuple[str, Partitioning]]]:
-    """The measured carved covers the search did not take, each built from `pristine`
-    (sharing the pick's kernels where regions agree) and checked against the pick's
-    numbers, as challengers for the end-to-end check (`Carved.contender` → model); and the
-    covers left to refinement: those the check cannot time (too many regions, a build that
-    fails or wrong numbers: their islands trial says so)."""
+    """The cheapest by estimate of the measured carved covers the search did not take,
+    built from `pristine` (sharing the pick's kernels where regions agree) and checked
+    against the pick's numbers, as a challenger for the end-to-end check
+    (`Carved.contender` → model; one: each costs the check a build and a share of its
+    rounds, 30 s on bert_base); and the covers left to refinement: the others, and one the
+    check cannot time (too many regions, a build that fails or wrong numbers: its islands
+    trial says so)."""
     out: dict[str, PartitionedModel] = {}
     left = []
     inputs = given if given is not None else model_inputs(pristine)
-    for carved, trial in untaken:
+    for carved, trial in sorted(untaken, key=lambda ct: ct[0].cover.total_cost):
         why = ""
-        if len(carved.cover.choices) > MAX_CHECKED_REGIONS:
+        if out:
+            why = "a cheaper carved cover was timed"
+        elif len(carved.cover.choices) > MAX_CHECKED_REGIONS:
             why = (f"{len(carved.cover.choices)} regions, more than the check builds "
                    f"({MAX_CHECKED_REGIONS})")
         else:

@@ -132,20 +132,18 @@ def test_a_carved_cover_slower_end_to_end_leaves_the_pick(tmp_path, monkeypatch)
     assert not trial.kept and trial.why.endswith("timed it at 1100 ms and kept pick")
 
 
-def test_the_two_op_types_gaining_most_are_each_carved_and_timed(tmp_path,
-                                                                  monkeypatch) -> None:
+def test_the_two_op_types_gaining_most_are_each_carved_the_cheaper_timed(tmp_path,
+                                                                         monkeypatch) -> None:
     """Scans and Expands both far cheaper on onnxruntime, and a dear call on OpenVINO, so
     that each archipelago lies 12-15% above OpenVINO's whole model, the search's pick: each
-    is measured, reported and timed by the check under its own name; the faster one end to
-    end is kept."""
+    is measured and reported; the check builds and times the cheaper by estimate (the scans)
+    under its own name and keeps it, faster; the other is left to refinement, and says so."""
     from test_verify import fake_timings
 
     from collage_mlir.check import verify
 
-    expands = "carved 14 x Expand on onnxruntime"
     monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
-        {"pick": 1.0, "openvino whole": 1.2, "onnxruntime whole": 2.0, CARVED: 0.9,
-         expands: 0.6}))
+        {"pick": 1.0, "onnxruntime whole": 2.0, CARVED: 0.9}))
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({
         "per_op": {"onnxruntime": {"CumSum": 1e-4, "Expand": 1e-4, "*": 1.0},
@@ -154,15 +152,15 @@ def test_the_two_op_types_gaining_most_are_each_carved_and_timed(tmp_path,
         "transition": {"per_call": 0.3}}))
     model = collage_mlir.compile(EXAMPLE, BACKENDS, verify=True, refine_budget_s=0,
                                  cost=f"table:{path}")
-    trials = [t for t in model.trials if t.phase == ISLANDS]
-    assert sorted(t.what.split(": ")[1].split(" out of")[0] for t in trials) == [
-        "14 x Expand", "9 x CumSum"]
-    assert all("the search took 0 of the parts" in t.why for t in trials)
-    assert set(model.verdict.timings) >= {CARVED, expands}
-    assert model.verdict.kept == expands
-    assert [t.what.startswith("islands onnxruntime: 14 x Expand") for t in trials] == [
-        t.kept for t in trials]
+    scans, expands = sorted((t for t in model.trials if t.phase == ISLANDS),
+                            key=lambda t: "Expand" in t.what)
+    assert "9 x CumSum" in scans.what and "14 x Expand" in expands.what
+    assert scans.estimate_s < expands.estimate_s
+    assert model.verdict.kept == CARVED and scans.kept and scans.measured_s == 0.9
+    assert not expands.kept and expands.measured_s is None
+    assert expands.why.endswith("not timed by the end-to-end check: a cheaper carved cover "
+                                "was timed")
     graph = model.partitioning.graph
     moved = Counter(graph.nodes[i].op_type for ch in model.partitioning.choices
                     if ch.candidate.backend == "onnxruntime" for i in ch.candidate.sub_graph.nodes)
-    assert moved == {"Expand": 14}
+    assert moved == {"CumSum": 9}
