@@ -419,6 +419,12 @@ def main() -> None:
     outcomes = []
     for name in args.models.split(","):
         try:
+            resolve(name, args.splat)  # exported once, here: a zoo model torch cannot export
+        except Exception as e:  # is reported and the others still run
+            why = (str(e).strip().splitlines() or [repr(e)])[0]
+            print(f"| {name} | does not export: {why} |", flush=True)
+            continue
+        try:
             row = bench_model(name, backends, args)
         except collage_mlir.CollageError as e:
             print(f"| {name} | failed: {e} |")
