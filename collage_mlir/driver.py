@@ -408,6 +408,11 @@ class Carved:
     """The cover's regions as indices into the candidates (the search's `covers`)."""
 
     @property
+    def label(self) -> str:
+        """Its name among refinement's neighbours."""
+        return f"{self.what}, carved before the search"
+
+    @property
     def contender(self) -> str:
         """Its name among the end-to-end check's contenders."""
         return f"carved {island_types(self.cover)}" if self.cover is not None else ""
@@ -656,7 +661,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     `given` inputs, arranged, where there are some; carved covers the check could not time
     are among its neighbours)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
-    covers = [(f"{c.what}, carved before the search", c.cover) for c, _ in untaken]
+    covers = [(c.label, c.cover) for c, _ in untaken]
     refining = verify and options.refine_budget_s != 0
     pristine = clone_module(module) if alternatives or refining else None
     refine_base = pristine  # the module refinement builds its neighbours from
@@ -678,7 +683,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                 result = None  # the pick's kernels go before the kept model is compiled
                 refine_base = clone_module(pristine) if refining else None
                 result = build(pristine, kept, probed.saved_for(kept))
-            challengers = {}
+            challengers = {}  # a carved cover that lost frees its kernels before refining
     refinement = None
     if refining:
         with _timed(timings, "refine"):
@@ -731,7 +736,7 @@ def carved_contenders(pick: PartitionedModel, pristine: ir.Module,
             except Exception as e:  # a cover that fails here is not a contender
                 why = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         if why:
-            left.append((f"{carved.what}, carved before the search", carved.cover))
+            left.append((carved.label, carved.cover))
             trial.why += f"; not timed by the end-to-end check: {why}"
         else:
             out[carved.contender] = model
