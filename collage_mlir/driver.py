@@ -659,7 +659,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     """Compile the probed pick, check it end to end (the measured carved covers the search
     did not take, `untaken`, among the contenders), refine what the check kept (on the
     `given` inputs, arranged, where there are some; carved covers the check could not time
-    are among its neighbours)."""
+    are among its neighbours, those it timed no faster than what it kept are not)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
     covers = [(c.label, c.cover) for c, _ in untaken]
     refining = verify and options.refine_budget_s != 0
@@ -667,7 +667,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     refine_base = pristine  # the module refinement builds its neighbours from
     with _timed(timings, "compile"):
         result = build(module, partitioning, probed.saved)
-    verdict = None
+    verdict, settled = None, []
     if alternatives:
         with _timed(timings, "verify"):
             challengers, covers = carved_contenders(result, pristine, untaken, given,
@@ -677,6 +677,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
             if verdict is not None:
                 remeasure_drifted(estimator, verdict, partitioning, alternatives)
                 _record_carved(untaken, verdict)
+                settled = settled_covers(untaken, verdict)
             if kept is not None and verdict.kept in challengers:
                 result = challengers[verdict.kept]  # built and checked already
             elif kept is not None:
@@ -691,7 +692,8 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                                         estimator.transition_cost, options.refine_budget_s,
                                         report_rows, estimator, [
                                             (b.name, b.partitioning) for b in notes.baselines
-                                            if b.partitioning is not None], given, covers)
+                                            if b.partitioning is not None], given, covers,
+                                        settled)
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,
@@ -752,6 +754,22 @@ def _record_carved(untaken: Sequence[tuple[Carved, Trial]], verdict: Verdict) ->
             trial.measured_s, trial.kept = timed, verdict.kept == carved.contender
             trial.why += (f"; the end-to-end check timed it at {timed * 1e3:.4g} ms and "
                           + ("kept it" if trial.kept else f"kept {verdict.kept}"))
+
+
+def settled_covers(untaken: Sequence[tuple[Carved, Trial]], verdict: Verdict
+                   ) -> list[tuple[Partitioning, str]]:
+    """The carved covers the check timed no faster than what it kept, each with what it found:
+    refinement does not build them again. One it timed faster, short of the noise, is not
+    settled: a second timing is how such a win lands."""
+    kept_s = verdict.timings.get(verdict.kept)
+    out = []
+    for carved, _ in untaken:
+        timed = verdict.timings.get(carved.contender)
+        if timed is not None and kept_s is not None and timed >= kept_s \
+                and carved.contender != verdict.kept:
+            out.append((carved.cover, f"the end-to-end check timed it at {timed * 1e3:.4g} "
+                                      f"ms, {verdict.kept} at {kept_s * 1e3:.4g} ms"))
+    return out
 
 
 QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear"}

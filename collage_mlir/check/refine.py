@@ -23,7 +23,9 @@ and they compile nothing no worker ran), then the others cheapest estimate first
 - **carved**: a measured cover the search did not take, handed over by the caller (the
   archipelago carved before the search, `search.islands`): the check times whole models
   only, and the search may have preferred a cover its estimates put lower. A neighbour
-  with the same regions as one before it is not built twice.
+  with the same regions as one before it is not built twice, nor one the end-to-end check
+  already timed no faster than what it kept (`settled`: the archipelago of the whole model
+  it kept is often the cover it timed; on bert_base, building it again cost 20 s).
 - **baseline**: the cheapest greedy baseline of several regions (`search.greedy`: what a
   user gets without Collage, e.g. `partition_for_openvino`, OpenVINO wherever it can with
   onnxruntime for the rest) whose regions differ from the incumbent's, when the caller hands
@@ -352,6 +354,23 @@ def _first_of_each(pick: Partitioning, labelled: Sequence[tuple[str, Partitionin
     return out
 
 
+def _unsettled(labelled: Sequence[tuple[str, Partitioning]],
+               settled: Sequence[tuple[Partitioning, str]], record: Refinement
+               ) -> list[tuple[str, Partitioning]]:
+    """`labelled` without the covers the end-to-end check settled (`refine`), each of those
+    recorded in `record` as not tried, with what the check found."""
+    found = {_regions(p): why for p, why in settled}
+    out = []
+    for what, p in labelled:
+        why = found.get(_regions(p))
+        if why is None:
+            out.append((what, p))
+        else:
+            record.trials.append(Trial(PHASE, what, p.total_cost, None, False,
+                                       f"not tried: {why}"))
+    return out
+
+
 def _islands(pick: Partitioning, measured: ByNodes,
              transition: TransitionCost | None) -> list[tuple[str, Partitioning]]:
     """For each region R on backend X, the MAX_ISLANDS measured candidates inside R on
@@ -432,7 +451,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
            estimator: CostEstimator | None = None,
            baselines: Sequence[tuple[str, Partitioning]] = (),
            inputs: list[np.ndarray] | None = None,
-           covers: Sequence[tuple[str, Partitioning]] = ()
+           covers: Sequence[tuple[str, Partitioning]] = (),
+           settled: Sequence[tuple[Partitioning, str]] = ()
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried. With
@@ -440,8 +460,10 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     without, they are built unmeasured. `baselines`: the greedy baselines (name,
     partitioning), tried as neighbours (`baseline_neighbours`). `covers` (label,
     partitioning over the same node numbers): measured covers the search did not take (the
-    archipelago carved before it), tried as the others are. Neighbours are timed and checked on
-    `inputs` (the model's, arranged) where given, else on made-up ones."""
+    archipelago carved before it), tried as the others are. `settled` (partitioning over the
+    same node numbers, what was found): covers the end-to-end check timed no faster than what
+    it kept; a neighbour with the same regions is reported, not built. Neighbours are timed
+    and checked on `inputs` (the model's, arranged) where given, else on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or (budget_s is not None and budget_s <= 0):
@@ -471,6 +493,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         [(what, _rebased(p, graph)) for what, p in covers]
         + neighbours(pick, candidates, costs, transition, fused)
         + baseline_neighbours(pick, baselines), key=_order))
+    tried = _unsettled(tried, settled, record)
     note = kept_whole(pick, candidates, fused)
     if note is not None:
         record.trials.append(note)

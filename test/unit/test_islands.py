@@ -164,3 +164,54 @@ def test_the_two_op_types_gaining_most_are_each_carved_the_cheaper_timed(tmp_pat
     moved = Counter(graph.nodes[i].op_type for ch in model.partitioning.choices
                     if ch.candidate.backend == "onnxruntime" for i in ch.candidate.sub_graph.nodes)
     assert moved == {"CumSum": 9}
+
+
+def test_refinement_does_not_build_again_a_carved_cover_the_check_timed_slower(
+        tmp_path, monkeypatch) -> None:
+    """The check keeps OpenVINO's whole model over the pick and times the carved cover
+    slower than it. The archipelago refinement proposes of that whole model is the same
+    cover: it is reported with what the check found, and not built again; a cover the check
+    timed faster, short of the noise, would be (a second timing is how it lands)."""
+    from test_verify import fake_timings
+
+    from collage_mlir.check import refine, verify
+    from collage_mlir.check.compare import Timing
+
+    monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
+        {"pick": 1.0, "openvino whole": 0.8, "onnxruntime whole": 2.0, CARVED: 0.9}))
+    built: list = []
+    build = refine.build_neighbour
+
+    def recording(pristine, nb, *args, **kwargs):
+        built.append(refine._regions(nb))
+        return build(pristine, nb, *args, **kwargs)
+    monkeypatch.setattr(refine, "build_neighbour", recording)
+    monkeypatch.setattr(refine, "time_side_by_side", lambda runners, inputs, **kw: [
+        Timing(n, 1.0, 1.0) for n in runners])
+    model = collage_mlir.compile(EXAMPLE, BACKENDS, verify=True, refine_budget_s=1e6,
+                                 cost=table(tmp_path, [{"rule": ISLAND_RULE, "cost": 1.5}]))
+    assert model.verdict.kept == "openvino whole"
+    (settled,) = [t for t in model.trials if t.phase == refine.PHASE
+                  and "9 x CumSum" in t.what]
+    assert settled.measured_s is None and not settled.kept
+    assert settled.why == ("not tried: the end-to-end check timed it at 900 ms, openvino "
+                           "whole at 800 ms")
+    (carved,) = [t for t in model.trials if t.phase == ISLANDS and "CumSum" in t.what]
+    assert carved.measured_s == 0.9
+    assert not any(sum(1 for b, _ in regions if b == "onnxruntime") == 9 for regions in built)
+
+
+def test_only_a_carved_cover_timed_no_faster_than_what_the_check_kept_is_settled() -> None:
+    """Timed slower than the kept contender: settled, with both times. Timed faster but not
+    kept (within the noise, or not confirmed), untimed, or kept: left to refinement."""
+    from types import SimpleNamespace
+
+    from collage_mlir.driver import settled_covers
+    from collage_mlir.runtime.report import Verdict
+
+    slower, faster, untimed, kept = (SimpleNamespace(contender=n, cover=n)
+                                     for n in ("slower", "faster", "untimed", "kept"))
+    verdict = Verdict("pick", {"pick": 1.0, "slower": 1.25, "faster": 0.97})
+    assert settled_covers([(c, None) for c in (slower, faster, untimed)], verdict) == [
+        ("slower", "the end-to-end check timed it at 1250 ms, pick at 1000 ms")]
+    assert settled_covers([(kept, None)], Verdict("kept", {"pick": 1.0, "kept": 0.5})) == []
