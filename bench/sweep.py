@@ -24,9 +24,9 @@ import numpy as np
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.measure import MeasuringEstimator
 from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.dialects.func import public_functions
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.importer import import_onnx
-from collage_mlir.dialects.func import public_functions
 
 MIB = 1 << 20
 
@@ -46,7 +46,7 @@ def measure(path: str, backends: list[str], cold_bytes: int) -> tuple[float, dic
             start = time.perf_counter()
             costs = est.estimate(cands)
             took = time.perf_counter() - start
-    return took, {(c.sub_graph.first, c.backend): cost for c, cost in zip(cands, costs)
+    return took, {(c.sub_graph.first, c.backend): cost for c, cost in zip(cands, costs, strict=True)
                   if math.isfinite(cost) and cost > 0}
 
 
@@ -85,10 +85,12 @@ def main() -> None:
         took = statistics.fmean(t for t, _ in runs[size])
         line = f"sweep {size // MIB:>3} MiB: measure {took:.1f} s"
         if size != sizes[0]:
-            line += "; medians / base: " + "; ".join(
-                describe(ratios(b[1], r[1])) for b, r in zip(base, runs[size]))
+            pairs = [ratios(b[1], r[1]) for b, r in zip(base, runs[size], strict=True)]
+            line += "; medians / base, repeat by repeat: " + "; ".join(map(describe, pairs))
+            line += f"; all repeats (drift cancelled): {describe(sum(pairs, []))}"
         if len(runs[size]) > 1:
-            line += f"; repeat / first (noise): {describe(ratios(runs[size][0][1], runs[size][1][1]))}"
+            noise = describe(ratios(runs[size][0][1], runs[size][1][1]))
+            line += f"; repeat / first (noise): {noise}"
         print(line)
 
 
