@@ -55,7 +55,7 @@ import onnx
 from onnx import helper
 
 from collage_mlir.backends.openvino import runtime_origins
-from collage_mlir.canonical import canonicalize
+from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.static_shapes import make_static
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -434,7 +434,8 @@ def measure(source: str | onnx.ModelProto, rounds: int = 20, threads: int = os.c
     successive seeds."""
     model = named(source if isinstance(source, onnx.ModelProto) else onnx.load(source))
     shapes = batched_shapes(model, batch) if batch else None
-    canonicalize(make_static(model, "ceiling", shapes))  # the model as Collage imports it
+    respell(model)  # the model as Collage imports it
+    canonicalize(make_static(model, "ceiling", shapes))
     with tempfile.TemporaryDirectory(prefix="ceiling-") as scratch:
         path = os.path.join(scratch, "model.onnx")
         onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
