@@ -57,6 +57,14 @@ search and, when the search takes another, timed end to end by the check beside 
 models: many regions measured one at a time after a cache sweep each add up pessimistic
 against one whole model on a small model, by more than ESTIMATE_SLACK."""
 
+MIN_SHARE = 0.25
+"""An archipelago carves only the islands that gain, by the measure table, at least this
+share of what its best island gains: each cut also costs the region around it what no table
+prices (fusions and a call: four cuts of mamba2_4l's OpenVINO model onto OpenVINO itself ran
+4% slower), and Mamba2's small scans, which gain a fraction of a millisecond alone, cost
+more cut out than they save (its four large scans carved alone ran 0.88x of OpenVINO's whole
+model; with the eight small ones, refinement timed +0.9%)."""
+
 ByNodes = Mapping[int, list[tuple[float, CandidatePartition]]]
 """Node bits → (cost, candidate) of every measured, valid candidate on those nodes."""
 
@@ -94,8 +102,9 @@ def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCo
     """(label, `pick` carved) for every single op of one type that another backend runs
     cheaper than its region's backend by more than the hand-offs into and out of it cost
     (`transition`), carved out at once: one per op type and backend pair, the `limit`
-    gaining most, each at most MAX_CARVED islands. Ops cheaper alone only by the other
-    backend's per-call cost (SegFormer's Transposes) gain less than their hand-offs."""
+    gaining most, each at most MAX_CARVED islands, none gaining less than MIN_SHARE of the
+    best. Ops cheaper alone only by the other backend's per-call cost (SegFormer's
+    Transposes) gain less than their hand-offs."""
     graph = pick.graph
     groups: dict[tuple[str, str, str], list[tuple[float, CandidatePartition, float, float]]] = {}
     for ch in pick.choices:
@@ -112,6 +121,8 @@ def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCo
             if gain > 0:
                 key = (graph.nodes[i].op_type, best[1].backend, backend)
                 groups.setdefault(key, []).append((gain, best[1], best[0], own))
+    groups = {key: [g for g in found if g[0] >= MIN_SHARE * max(g[0] for g in found)]
+              for key, found in groups.items()}
     ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
                      if len(found) > 1), key=lambda t: (-t[0], t[1]))
     out = []

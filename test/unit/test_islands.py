@@ -215,3 +215,28 @@ def test_only_a_carved_cover_timed_no_faster_than_what_the_check_kept_is_settled
     assert settled_covers([(c, None) for c in (slower, faster, untimed)], verdict) == [
         ("slower", "the end-to-end check timed it at 1250 ms, pick at 1000 ms")]
     assert settled_covers([(kept, None)], Verdict("kept", {"pick": 1.0, "kept": 0.5})) == []
+
+
+def test_an_archipelago_leaves_out_the_islands_that_gain_little(tmp_path,
+                                                               monkeypatch) -> None:
+    """Six of the nine scans priced on OpenVINO just above onnxruntime's price (each gains
+    a hundred-thousandth of what the other three gain, less than MIN_SHARE of the best): the
+    archipelago carves the three that gain much, as Mamba2's four large scans carved alone
+    run faster where all twelve did not. With no share required, all nine are carved."""
+    from collage_mlir.dialects.func import public_functions
+    from collage_mlir.graph import DataflowGraph
+    from collage_mlir.search import islands
+
+    module = collage_mlir.import_onnx(EXAMPLE)
+    graph = DataflowGraph(public_functions(module)[0], owner=module)
+    scans = [n.index for n in graph.op_nodes() if n.op_type == "CumSum"]
+    assert len(scans) == 9
+    small = [{"backend": "openvino", "nodes": [i], "cost": 5.2e-3} for i in scans[:6]]
+
+    def archipelago() -> str:
+        model = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path, small))
+        (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+        return trial.what
+    assert archipelago() == "islands onnxruntime: 3 x CumSum out of openvino's whole model"
+    monkeypatch.setattr(islands, "MIN_SHARE", 0.0)
+    assert archipelago() == "islands onnxruntime: 9 x CumSum out of openvino's whole model"
