@@ -121,8 +121,7 @@ def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCo
             if gain > 0:
                 key = (graph.nodes[i].op_type, best[1].backend, backend)
                 groups.setdefault(key, []).append((gain, best[1], best[0], own))
-    groups = {key: [g for g in found if g[0] >= MIN_SHARE * max(g[0] for g in found)]
-              for key, found in groups.items()}
+    groups = {key: _gaining(found) for key, found in groups.items()}
     ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
                      if len(found) > 1), key=lambda t: (-t[0], t[1]))
     out = []
@@ -135,6 +134,13 @@ def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCo
             nb = carve(nb, k, island, cost, own, transition)
         out.append((f"islands {rival}: {len(carved)} x {op_type} out of {backend}", nb))
     return out
+
+
+def _gaining(found: list[tuple[float, CandidatePartition, float, float]]
+             ) -> list[tuple[float, CandidatePartition, float, float]]:
+    """The islands of `found` (gain first) gaining at least MIN_SHARE of the best one."""
+    floor = MIN_SHARE * max(g[0] for g in found)
+    return [g for g in found if g[0] >= floor]
 
 
 def whole_archipelagos(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
