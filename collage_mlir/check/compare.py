@@ -7,6 +7,7 @@ taken in one run are meaningful.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ class Timing:
     name: str
     median_s: float
     p90_s: float
+    min_s: float = math.nan
+    """The fastest call (NaN: not recorded)."""
+    max_s: float = math.nan
+    """The slowest call (NaN: not recorded)."""
 
 
 def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
@@ -78,7 +83,7 @@ def time_side_by_side(runners: dict[str, Runner], inputs: Sequence[np.ndarray],
             for _ in range(inner):
                 r(args)
             samples[name].append((time.perf_counter() - t0) / inner)
-    return [Timing(n, float(np.median(s)), float(np.percentile(s, 90)))
+    return [Timing(n, float(np.median(s)), float(np.percentile(s, 90)), min(s), max(s))
             for n, s in samples.items()]
 
 

@@ -17,7 +17,9 @@ whole model, else every whole model) is also timed as a second, separately loade
 instance: builds of one model differ by a few percent, so a challenger must beat the
 incumbent's faster build, by more than the widest spread the run saw. The caller may add
 challengers of several regions it built (the archipelago carved before the search, when
-the search took another cover): they can replace the incumbent, never be it.
+the search took another cover): they can replace the incumbent, never be it. When the
+budget buys few rounds, contenders far slower than the fastest are put out of the race after
+a short screening (`screen`), so that the rounds go to those that could win.
 """
 
 from __future__ import annotations
@@ -125,14 +127,57 @@ def default_budget(run_s: float) -> float:
     return max(DEFAULT_BUDGET_S, DEFAULT_BUDGET_RUNS * run_s)
 
 
-def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = 5, hi: int = 15) -> int:
+MIN_ROUNDS, MAX_ROUNDS = 5, 15
+"""The fewest and most rounds the check times its contenders in (`rounds_for`)."""
+
+
+def rounds_for(estimates: Sequence[float], budget_s: float, lo: int = MIN_ROUNDS,
+               hi: int = MAX_ROUNDS) -> int:
     """Timed rounds that fit `budget_s`, given each contender's estimated seconds."""
     per_round = max(sum(e for e in estimates if math.isfinite(e)), 1e-6)
     return max(lo, min(hi, int(budget_s / per_round)))
 
 
+SCREEN_ROUNDS = 2
+"""Rounds every contender is first timed in when the budget binds (`screen`)."""
+OUT_OF_RACE = 1.5
+"""A contender each of whose screening calls took more than this multiple of the fastest
+contender's slowest one is out of the race: timed no further, so the budget buys the others
+rounds. The VM's drift (up to 1.9x for seconds) hits contenders timed in the same
+interleaved round alike, and no build seen here varied by half its time between two calls."""
+
+
+def screen(timed: Mapping[str, Runner], inputs: Sequence[np.ndarray],
+           regions: Mapping[str, int], budget_s: float
+           ) -> tuple[dict[str, float], int]:
+    """Time every contender in `timed` (second instances included) for SCREEN_ROUNDS rounds
+    and put out of the race those `OUT_OF_RACE` times slower than the fastest (every
+    instance of a contender together). Never out: the pick, and the fastest whole model
+    (the incumbent when the pick has several regions). Returns the screening medians of
+    those out (name → seconds) and the rounds the rest get from `budget_s`, priced at their
+    screening medians."""
+    timings = {t.name: t for t in time_side_by_side(dict(timed), inputs,
+                                                    rounds=SCREEN_ROUNDS, warmup=1)}
+    lead = min(timings.values(), key=lambda t: (t.median_s, t.name))
+    wholes = [n for n in timings if n != PICK and regions.get(_base(n)) == 1]
+    keep = {PICK, _base(min(wholes, key=lambda n: (timings[n].median_s, n)))} if wholes \
+        else {PICK}
+    bar = OUT_OF_RACE * lead.max_s
+    slow = {_base(n) for n, t in timings.items() if t.min_s > bar} - keep
+    out = {n for n in timings if _base(n) in slow and
+           all(t.min_s > bar for m, t in timings.items() if _base(m) == _base(n))}
+    rest = [t.median_s for n, t in timings.items() if n not in out]
+    return {n: timings[n].median_s for n in out}, rounds_for(rest, budget_s)
+
+
+def _base(name: str) -> str:
+    """The contender a timed name belongs to (a second instance: its first)."""
+    return PICK if name == AGAIN else name.removesuffix(REBUILT)
+
+
 def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: int,
-            regions: dict[str, int], twins: Mapping[str, Runner] | None = None) -> Verdict:
+            regions: dict[str, int], twins: Mapping[str, Runner] | None = None,
+            budget_s: float | None = None) -> Verdict:
     """Time the contenders side by side, the pick twice and each contender in `twins` also
     as its second build (name → runner). A contender's median is its faster instance's;
     the run's noise is the widest relative spread between two timings of one contender.
@@ -141,15 +186,22 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     faster by more than the noise (and NOISE_FLOOR), and again when the two are timed
     alone: of several contenders timed once, the fastest is as often the one whose timing
     erred lowest. `regions`: each contender's region count (a contender of several regions
-    other than the pick, a carved cover, is a challenger, never the incumbent)."""
+    other than the pick, a carved cover, is a challenger, never the incumbent).
+    `budget_s`: when given and `rounds` is short of the most `rounds_for` gives, contenders
+    are screened first (`screen`): those out of the race keep their screening medians, the
+    rest get the rounds the budget buys them."""
     twins = dict(twins or {})
     timed = {**runners, AGAIN: runners[PICK], **{rebuilt(n): r for n, r in twins.items()}}
-    medians = {t.name: t.median_s
-               for t in time_side_by_side(timed, inputs, rounds=rounds, warmup=2)}
-    best = dict(runners)  # each contender's faster instance
+    out: dict[str, float] = {}
+    if budget_s is not None and rounds < MAX_ROUNDS and len(runners) > 2:
+        out, rounds = screen(timed, inputs, regions, budget_s)
+        timed = {n: r for n, r in timed.items() if n not in out}
+    medians = {t.name: t.median_s for t in time_side_by_side(
+        timed, inputs, rounds=rounds, warmup=0 if out else 2)}
+    best = {n: r for n, r in runners.items() if n not in out}  # each one's faster instance
     spreads = []
     for name, second, runner in [(PICK, AGAIN, runners[PICK]),
-                                 *((n, rebuilt(n), r) for n, r in twins.items())]:
+                                 *((n, rebuilt(n), r) for n, r in twins.items() if n not in out)]:
         first, other = medians[name], medians.pop(second)
         spreads.append(abs(first - other) / max(min(first, other), 1e-12))
         if other < first:
@@ -163,7 +215,9 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     if medians[challenger] < medians[incumbent] * (1 - margin) and wins_again(
             best, incumbent, challenger, inputs, rounds, margin, time_side_by_side):
         kept = challenger
-    return Verdict(kept, medians, noise=noise, rounds=rounds)
+    out_of_race = sorted(n for n in out if n in runners)
+    return Verdict(kept, {**medians, **{n: out[n] for n in out_of_race}}, noise=noise,
+                   rounds=rounds, out_of_race=out_of_race)
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],
@@ -204,7 +258,7 @@ def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[P
         budget_s = default_budget(_one_run_s(pick.run, inputs))
     rounds = rounds_for([estimates[PICK]] + [estimates[n] for n in (*runners, *twins)],
                         budget_s)  # the pick runs twice a round
-    verdict = fastest(runners, inputs, rounds, regions, twins)
+    verdict = fastest(runners, inputs, rounds, regions, twins, budget_s)
     if verdict.kept == PICK:
         return verdict, None
     verdict.lost = LostPick(list(pick.report_rows), pick.estimated_cost, pick.partitioning)

@@ -403,7 +403,7 @@ function overview(){
   +" (estimate error "+((R.profile.chain_error_rel||0)*100).toFixed(0)+"%)"):"");
  s+="</table><h3>End-to-end check</h3>";
  s+=R.verdict?"<table>"+R.verdict.contenders.map(function(c){return row(c.name,ms(c.median_s)
-  +(c.name===R.verdict.kept?" <b>kept</b>":""));}).join("")
+  +(c.name===R.verdict.kept?" <b>kept</b>":"")+(c.out_of_race?" (out of the race)":""));}).join("")
   +(R.verdict.noise!=null?row("noise (the pick timed twice)","±"+(100*R.verdict.noise).toFixed(1)+"%"):"")
   +(R.verdict.rounds!=null?row("rounds",R.verdict.rounds+" side by side"):"")
   +"</table>"

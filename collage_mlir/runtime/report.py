@@ -187,9 +187,14 @@ class Verdict:
     pick timed twice; an incumbent's two builds); None: not timed."""
     rounds: int | None = None
     """Rounds the contenders were timed in (None: not recorded)."""
+    out_of_race: list[str] = field(default_factory=list)
+    """Contenders timed only in the first, screening rounds: far slower than the fastest,
+    they were timed no further (their timings are the screening medians)."""
 
     def summary(self) -> str:
-        cells = ", ".join(f"{n} {t * 1e3:.3f} ms" for n, t in self.timings.items())
+        cells = ", ".join(f"{n} {t * 1e3:.3f} ms" + (" (out of the race)" if n in
+                                                     self.out_of_race else "")
+                          for n, t in self.timings.items())
         said = ([f"noise ±{self.noise:.1%}"] if self.noise is not None else []) + (
             [f"{self.rounds} rounds"] if self.rounds is not None else [])
         noise = f" ({', '.join(said)})" if said else ""
@@ -208,6 +213,8 @@ class Verdict:
             out["noise"] = self.noise
         if self.rounds is not None:
             out["rounds"] = self.rounds
+        if self.out_of_race:
+            out["out_of_race"] = list(self.out_of_race)
         return out
 
     @staticmethod
@@ -215,7 +222,7 @@ class Verdict:
         lost = d.get("lost")
         return Verdict(d["kept"], dict(d.get("timings") or {}),
                        LostPick.from_json(lost) if lost else None, d.get("noise"),
-                       d.get("rounds"))
+                       d.get("rounds"), list(d.get("out_of_race") or []))
 
 
 @dataclass
@@ -705,7 +712,8 @@ def _verdict(verdict: Verdict | None) -> dict | None:
                              "op_types": r.op_types, "estimated_s": _finite(r.estimated_cost),
                              "spread": r.spread} for r in verdict.lost.rows]}
     return {"kept": verdict.kept, "pick_kept": verdict.kept == "pick",
-            "contenders": [{"name": n, "median_s": t} for n, t in verdict.timings.items()],
+            "contenders": [{"name": n, "median_s": t, "out_of_race": n in verdict.out_of_race}
+                           for n, t in verdict.timings.items()],
             "noise": verdict.noise, "rounds": verdict.rounds, "lost_pick": lost}
 
 

@@ -177,8 +177,10 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     record = model.record()
     lost = [ReportRow("f_onnxruntime_0", "onnxruntime", 3, "Conv, Relu x2", 1e-3, spread=0.125),
             ReportRow("f_openvino_1", "openvino", 2, "LRN x2", 0.5e-3)]
-    record.verdict = Verdict("openvino whole", {"pick": 2e-3, "openvino whole": 1.5e-3},
-                             LostPick(lost, 1.75e-3), noise=0.03125, rounds=12)
+    record.verdict = Verdict("openvino whole", {"pick": 2e-3, "openvino whole": 1.5e-3,
+                                                "iree whole": 6e-3},
+                             LostPick(lost, 1.75e-3), noise=0.03125, rounds=12,
+                             out_of_race=["iree whole"])
     record.rejected = [Rejection("openvino", "compile error: LRN", 3, ["LRN", "Relu"])]
     record.timings = {"measure": 1.25}
     record.skipped = {"iree": "iree.runtime is not installed"}
@@ -191,7 +193,9 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     data = report_data(model.module, again)
     jsonschema.validate(data, schema)
     assert data["verdict"] == {"kept": "openvino whole", "pick_kept": False, "contenders": [
-        {"name": "pick", "median_s": 2e-3}, {"name": "openvino whole", "median_s": 1.5e-3}],
+        {"name": "pick", "median_s": 2e-3, "out_of_race": False},
+        {"name": "openvino whole", "median_s": 1.5e-3, "out_of_race": False},
+        {"name": "iree whole", "median_s": 6e-3, "out_of_race": True}],
         "noise": 0.03125, "rounds": 12, "lost_pick": {"estimated_s": 1.75e-3, "regions": [
             {"name": "f_onnxruntime_0", "backend": "onnxruntime", "ops": 3,
              "op_types": "Conv, Relu x2", "estimated_s": 1e-3, "spread": 0.125},

@@ -526,3 +526,65 @@ def test_a_carved_challenger_is_never_the_incumbent(monkeypatch):
     monkeypatch.setattr(verify, "time_side_by_side", fake_timings(
         {verify.PICK: 1.0, "onnxruntime whole": 1.5, "carved": 0.5}))
     assert verify.fastest(runners, [], 5, regions).kept == "carved"
+
+
+def spread_timings(medians: dict[str, float], calls: list):
+    """A stand-in for time_side_by_side whose every call of a contender took its fixed
+    time (its median, fastest and slowest call alike; second instances as their first);
+    `calls` collects (contender names, rounds) per call."""
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        calls.append((sorted(runners), rounds))
+        return [Timing(n, t, t, t, t) for n in runners
+                for t in [medians[verify._base(n)]]]
+    return timer
+
+
+SLOW_RACE = {verify.PICK: 0.1, "openvino whole": 0.11, "onnxruntime whole": 0.3,
+             "carved": 0.1}
+"""A split pick, two whole models, a carved cover: onnxruntime's whole model 3x the pick."""
+RACE_REGIONS = {verify.PICK: 9, "openvino whole": 1, "onnxruntime whole": 1, "carved": 5}
+
+
+def test_a_contender_far_slower_than_the_fastest_is_timed_no_further(monkeypatch):
+    """The budget buys 5 rounds for all seven timings a round; screened, onnxruntime's
+    whole model (3x the pick) and its second build are out of the race, and the other five
+    get the rounds the budget buys them (0.52 s a round: 9 in 5 s)."""
+    calls = []
+    monkeypatch.setattr(verify, "time_side_by_side", spread_timings(SLOW_RACE, calls))
+    runners = dict.fromkeys(SLOW_RACE)
+    twins = {"openvino whole": None, "onnxruntime whole": None}
+    verdict = verify.fastest(runners, [], 5, RACE_REGIONS, twins, budget_s=5.0)
+    ort = ["onnxruntime whole", verify.rebuilt("onnxruntime whole")]
+    assert calls[0] == (sorted([*SLOW_RACE, verify.AGAIN, *map(verify.rebuilt, twins)]),
+                        verify.SCREEN_ROUNDS)
+    assert calls[1] == (sorted(set(calls[0][0]) - set(ort)), 9) and verdict.rounds == 9
+    assert verdict.out_of_race == ["onnxruntime whole"]
+    assert verdict.timings["onnxruntime whole"] == 0.3  # its screening median, reported
+    assert "onnxruntime whole 300.000 ms (out of the race)" in verdict.summary()
+    assert verdict.kept in (verify.PICK, "carved")
+
+
+def test_the_fastest_whole_model_stays_in_the_race(monkeypatch):
+    """Both whole models are far slower than the split pick, but the faster of them is the
+    incumbent the pick must beat: it is timed to the end, the other is out."""
+    calls = []
+    medians = {verify.PICK: 0.1, "openvino whole": 0.2, "onnxruntime whole": 0.3}
+    monkeypatch.setattr(verify, "time_side_by_side", spread_timings(medians, calls))
+    verdict = verify.fastest(dict.fromkeys(medians), [], 5, RACE_REGIONS, budget_s=5.0)
+    assert "openvino whole" in calls[1][0] and verdict.out_of_race == ["onnxruntime whole"]
+    assert verdict.kept == verify.PICK  # 0.1 against the incumbent's 0.2, confirmed
+
+
+def test_contenders_within_the_race_or_with_the_rounds_they_need_are_not_screened(
+        monkeypatch):
+    """No contender past OUT_OF_RACE: all timed again, in the rounds their screening times
+    buy. Rounds at the most already (a fast model): no screening at all."""
+    calls = []
+    medians = {**SLOW_RACE, "onnxruntime whole": 0.14}
+    monkeypatch.setattr(verify, "time_side_by_side", spread_timings(medians, calls))
+    verdict = verify.fastest(dict.fromkeys(medians), [], 5, RACE_REGIONS, budget_s=5.0)
+    assert calls[1][0] == sorted([*medians, verify.AGAIN]) and not verdict.out_of_race
+    calls.clear()
+    verify.fastest(dict.fromkeys(SLOW_RACE), [], verify.MAX_ROUNDS, RACE_REGIONS,
+                   budget_s=5.0)
+    assert [rounds for _, rounds in calls[:1]] == [verify.MAX_ROUNDS]
