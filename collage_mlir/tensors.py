@@ -26,6 +26,7 @@ reference see the same arrays):
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
@@ -85,16 +86,44 @@ def result_specs(fn: ir.Operation) -> list[TensorSpec | None]:
     return out
 
 
+MADE_BYTES = 64 << 20
+"""Input sets `make_inputs_for_specs` keeps for the next caller with the same specs, at most
+this many bytes in all: a measuring worker feeds many regions of one signature (a ResNet's
+repeated blocks), and drawing a 3 MiB normal array costs 20x copying it."""
+_made: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
+
+
 def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
                           seed: int | None = None, variant: int = 0,
                           bounds: Mapping[int, int] | None = None) -> list[np.ndarray]:
     """Arrays following the module's input rule; seeded from the specs (plus `variant`, for
     another set of the same kind) unless `seed` is given; integer input k below
-    `bounds[k]` where given (`index_bounds`)."""
+    `bounds[k]` where given (`index_bounds`). Each call returns arrays of its own (a set
+    made before is copied)."""
     specs = [(tuple(shape), np.dtype(dt)) for shape, dt in specs]
     if seed is None:
         seed = int.from_bytes(hashlib.sha256(repr(specs).encode()).digest()[:8], "little")
         seed += variant
+    key = (tuple(specs), seed, tuple(sorted((bounds or {}).items())))
+    if key not in _made:
+        _keep(key, _drawn(specs, seed, bounds))
+    _made.move_to_end(key)
+    return [a.copy() for a in _made[key]]
+
+
+def _keep(key: tuple, arrays: list[np.ndarray]) -> None:
+    """Keep `arrays` under `key`, the least recently used sets going past MADE_BYTES (a set
+    larger than that alone is still kept, until the next)."""
+    _made[key] = arrays
+    total = sum(a.nbytes for made in _made.values() for a in made)
+    while total > MADE_BYTES and len(_made) > 1:
+        _, gone = _made.popitem(last=False)
+        total -= sum(a.nbytes for a in gone)
+
+
+def _drawn(specs: list[tuple[tuple[int, ...], np.dtype]], seed: int,
+           bounds: Mapping[int, int] | None) -> list[np.ndarray]:
+    """The input rule's arrays for `specs`, drawn from a generator seeded with `seed`."""
     rng = np.random.default_rng(seed)
     high = _index_high(specs)
     out: list[np.ndarray] = []

@@ -20,6 +20,7 @@ import onnx.parser
 import onnxruntime as ort
 import pytest
 
+from collage_mlir import tensors
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost.cache import INVALID, OK, TIMEOUT, MeasurementCache
 from collage_mlir.cost.key import function_key
@@ -243,6 +244,23 @@ def test_input_rule():
     assert mask.dtype == np.bool_
     again = make_inputs_for_specs(specs)
     assert all(np.array_equal(a, b) for a, b in zip([x, idx, mask], again, strict=True))
+
+
+def test_a_kept_input_set_is_handed_out_as_copies_and_within_its_bytes(monkeypatch):
+    """The sets made before are copied to each caller: a kernel that wrote into its inputs
+    cannot change the next region's; past MADE_BYTES the least recently used go, and a set
+    made again is the same."""
+    monkeypatch.setattr(tensors, "_made", type(tensors._made)())
+    monkeypatch.setattr(tensors, "MADE_BYTES", 3 * 4096)
+    specs = [((1024,), np.dtype(np.float32))]
+    first = make_inputs_for_specs(specs)
+    first[0][:] = 0
+    second = make_inputs_for_specs(specs)
+    assert second[0].any() and second[0] is not make_inputs_for_specs(specs)[0]
+    for v in range(1, 5):
+        make_inputs_for_specs(specs, variant=v)
+    assert len(tensors._made) == 3  # 4 KiB each
+    assert np.array_equal(make_inputs_for_specs(specs)[0], second[0])
 
 
 def test_compare_tolerates_reordering_not_errors():
