@@ -35,8 +35,10 @@ from iree.compiler import ir
 from collage_mlir.dialects.collage import BLOB_TOKENS, WEIGHTS
 from collage_mlir.dialects.onnx import NUMPY_DTYPES
 
-_SECTION = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{(.*?)\}\s*\}\s*#-\}", re.S)
+_SECTION_HEAD = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{")
 RESOURCE_ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
+_ENTRY_HEAD = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x')
+_ENTRY_TAIL = re.compile(r'"\s*,?')
 _HANDLE = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>\s*:\s*tensor<([^>]*)>')
 _CACHE_SIZE = 2  # each table holds a module's weights: a few regions of one model at a time
 _cache: OrderedDict[int, tuple[ir.Module, dict[str, bytes]]] = OrderedDict()
@@ -47,14 +49,21 @@ def unquote_key(key: str) -> str:
 
 
 def parse_resources(text: str) -> dict[str, bytes]:
-    """Blob key → raw bytes (alignment prefix removed) from printed module text."""
-    m = _SECTION.search(text)
-    if not m:
-        return {}
+    """Blob key → raw bytes (alignment prefix removed) from printed module text.
+
+    The section is the printer's last `{-#` block; its entries are read one after another,
+    each hex string found with `str.find` (a regular expression stepping over a model's
+    200 MB of hex took seconds)."""
+    start = text.rfind("{-#")
+    head = _SECTION_HEAD.match(text, start) if start >= 0 else None
     out: dict[str, bytes] = {}
-    for entry in RESOURCE_ENTRY.finditer(m.group(1)):
-        raw = bytes.fromhex(entry.group(2))
-        out[unquote_key(entry.group(1))] = raw[4:]
+    pos = head.end() if head else len(text)
+    while entry := _ENTRY_HEAD.match(text, pos):
+        end = text.find('"', entry.end())
+        if end < 0:
+            break
+        out[unquote_key(entry.group(1))] = bytes.fromhex(text[entry.end():end])[4:]
+        pos = _ENTRY_TAIL.match(text, end).end()
     return out
 
 

@@ -124,6 +124,18 @@ def test_resource_blob_values_not_names_matter():
     assert parse_resources(text("shape_a", one)) == {"shape_a": bytes.fromhex(one)}
 
 
+def test_resources_are_read_from_the_last_section_entry_by_entry():
+    """Several entries, a quoted key, a `{-#` inside a string earlier in the
+    text, and another dialect's resources after builtin's: only builtin's blobs, each
+    without its 4-byte alignment prefix."""
+    text = ('"x" = {s = "{-# not a section"}\n{-#\n  dialect_resources: {\n    builtin: {\n'
+            '      w0: "0x0400000001020304",\n      "w/0:a": "0x08000000AABB"\n    },\n'
+            '    other: {\n      z: "0x04000000FF"\n    }\n  }\n#-}\n')
+    assert parse_resources(text) == {"w0": bytes.fromhex("01020304"),
+                                     "w/0:a": bytes.fromhex("AABB")}
+    assert parse_resources('"x" = {s = "{-# no section"}') == {}
+
+
 def test_large_constants_keyed_by_size_not_values():
     n = SMALL_CONSTANT_BYTES // 4 + 16  # f32 elements: just above the small-constant limit
     ones = "{" + ", ".join(str(i % 7) for i in range(n)) + "}"  # not splat: a resource blob
