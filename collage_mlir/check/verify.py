@@ -160,8 +160,9 @@ def screen(timed: Mapping[str, Runner], inputs: Sequence[np.ndarray],
                                                     rounds=SCREEN_ROUNDS, warmup=1)}
     lead = min(timings.values(), key=lambda t: (t.median_s, t.name))
     wholes = [n for n in timings if n != PICK and regions.get(_base(n)) == 1]
-    keep = {PICK, _base(min(wholes, key=lambda n: (timings[n].median_s, n)))} if wholes \
-        else {PICK}
+    keep = {PICK}
+    if wholes:
+        keep.add(_base(min(wholes, key=lambda n: (timings[n].median_s, n))))
     bar = OUT_OF_RACE * lead.max_s
     slow = {_base(n) for n, t in timings.items() if t.min_s > bar} - keep
     out = {n for n in timings if _base(n) in slow and
@@ -193,11 +194,12 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     twins = dict(twins or {})
     timed = {**runners, AGAIN: runners[PICK], **{rebuilt(n): r for n, r in twins.items()}}
     out: dict[str, float] = {}
-    if budget_s is not None and rounds < MAX_ROUNDS and len(runners) > 2:
+    screened = budget_s is not None and rounds < MAX_ROUNDS and len(runners) > 2
+    if screened:
         out, rounds = screen(timed, inputs, regions, budget_s)
         timed = {n: r for n, r in timed.items() if n not in out}
     medians = {t.name: t.median_s for t in time_side_by_side(
-        timed, inputs, rounds=rounds, warmup=0 if out else 2)}
+        timed, inputs, rounds=rounds, warmup=0 if screened else 2)}  # screened: warm
     best = {n: r for n, r in runners.items() if n not in out}  # each one's faster instance
     spreads = []
     for name, second, runner in [(PICK, AGAIN, runners[PICK]),
