@@ -164,9 +164,8 @@ def screen(timed: Mapping[str, Runner], inputs: Sequence[np.ndarray],
     if wholes:
         keep.add(_base(min(wholes, key=lambda n: (timings[n].median_s, n))))
     bar = OUT_OF_RACE * lead.max_s
-    slow = {_base(n) for n, t in timings.items() if t.min_s > bar} - keep
-    out = {n for n in timings if _base(n) in slow and
-           all(t.min_s > bar for m, t in timings.items() if _base(m) == _base(n))}
+    fast = {_base(n) for n, t in timings.items() if not t.min_s > bar}  # NaN: not out
+    out = {n for n in timings if _base(n) not in fast | keep}
     rest = [t.median_s for n, t in timings.items() if n not in out]
     return {n: timings[n].median_s for n in out}, rounds_for(rest, budget_s)
 

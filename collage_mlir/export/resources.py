@@ -36,8 +36,9 @@ from collage_mlir.dialects.collage import BLOB_TOKENS, WEIGHTS
 from collage_mlir.dialects.onnx import NUMPY_DTYPES
 
 _SECTION_HEAD = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{")
-RESOURCE_ENTRY = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"\s*,?')
-_ENTRY_HEAD = re.compile(r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x')
+_ENTRY_KEY = r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x'
+RESOURCE_ENTRY = re.compile(_ENTRY_KEY + r'([0-9A-Fa-f]*)"\s*,?')
+_ENTRY_HEAD = re.compile(_ENTRY_KEY)
 _ENTRY_TAIL = re.compile(r'"\s*,?')
 _HANDLE = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>\s*:\s*tensor<([^>]*)>')
 _CACHE_SIZE = 2  # each table holds a module's weights: a few regions of one model at a time
