@@ -126,6 +126,19 @@ def test_second_estimate_is_all_cache_hits(tmp_path, graph):
     assert seen[-1] == (len(cands), len(cands))
 
 
+def test_one_worker_per_backend_serves_every_estimate_call_until_close(tmp_path, graph):
+    # a cold run measures in a dozen calls: each starting its own worker cost 0.4-0.6 s
+    ops = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        est.estimate(ops[:2])
+        worker = est._workers["numpy_test"]
+        pid = worker.proc.pid
+        est.estimate(ops[2:])
+        assert est.stats.measured > 0 and est.stats.restarts == 0
+        assert worker.proc.pid == pid and worker.starts == 1
+    assert worker.proc is None and not _alive(pid)
+
+
 def test_identical_regions_measured_once(tmp_path, graph):
     relus = [c for c in single_op(graph, "numpy_test")
              if graph.nodes[c.sub_graph.first].op_type == "Relu"]
