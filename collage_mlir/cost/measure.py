@@ -490,7 +490,7 @@ class MeasuringEstimator(CostEstimator):
         started = time.time()
         deferred: list[str] = []  # claimed by another run when we came to them
         remote: dict[str, list[str]] = {}  # backend → keys, measured together on the executor
-        for backend in sorted({rows[k][0].name for k in waiting}):
+        for backend in sorted({rows[k][0].name for k in waiting}, key=self._measuring_order):
             keys = sorted((k for k in waiting if rows[k][0].name == backend),
                           key=lambda k: len(rows[k][1].nodes))  # single ops first
             self.stats.by_backend[backend] = len(keys)
@@ -506,6 +506,12 @@ class MeasuringEstimator(CostEstimator):
         if deferred:
             self._wait_for_others(deferred, rows, settle, previous, run, started, bounds)
         return costs
+
+    def _measuring_order(self, backend: str) -> tuple[bool, str]:
+        """The reference backend first: its worker leaves its outputs as the others'
+        reference (`cost/references.py`), so that no other worker compiles and runs the
+        reference itself (for a whole model, seconds)."""
+        return (self.backends[backend].spec != self.reference, backend)
 
     @property
     def claim_stale_s(self) -> float:

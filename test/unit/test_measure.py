@@ -139,6 +139,20 @@ def test_one_worker_per_backend_serves_every_estimate_call_until_close(tmp_path,
     assert worker.proc is None and not _alive(pid)
 
 
+def test_the_reference_backend_measures_first_and_the_others_reuse_its_outputs(tmp_path,
+                                                                               graph):
+    # "fault" (here without a fault: MODEL has no Conv) sorts before "numpy_test": by name
+    # alone it would go first and compute the reference's outputs itself
+    ops = single_op(graph, "numpy_test") + single_op(graph, "fault")
+    backends = {NUMPY: {}, FAULT: {"mode": "compile_error", "on": "Conv"}}
+    with estimator(tmp_path, backends, reference=NUMPY) as est:
+        costs = est.estimate(ops)
+        rows = est.cache.measurements()
+    assert all(math.isfinite(c) for c in costs)
+    first = max(r.created for r in rows if r.backend == "numpy_test")
+    assert all(r.created > first for r in rows if r.backend == "fault")
+
+
 def test_identical_regions_measured_once(tmp_path, graph):
     relus = [c for c in single_op(graph, "numpy_test")
              if graph.nodes[c.sub_graph.first].op_type == "Relu"]
