@@ -17,9 +17,7 @@ import json
 import os
 import re
 import tempfile
-import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +61,6 @@ SMALL_CONSTANT = 16
 JOINT_WEIGHT_BYTES = 64 << 20
 """One joint compile takes regions until their constants add up to this much: iree-compile
 holds all of them at once, overlapping regions each with their own copy."""
-MAX_COMPILE_JOBS = 4
-"""Joint compiles `compile_many` runs at once at most: each holds its regions' constants
-several times over (up to JOINT_WEIGHT_BYTES each)."""
 
 _FUNC = re.compile(r"func\.func @([\w$.-]+)")
 _ERROR_LINE = re.compile(r"regions\.mlir:(\d+):\d+: error:")
@@ -113,23 +108,17 @@ def _constant_text(producer: Node, value: ir.Value) -> str:
     return str(value.type)
 
 
-def _write_source(module: ir.Module, work: Path) -> Path:
-    """`module` printed to `work/regions.mlir`, iree-compile's input. A file, not a string:
-    a model's weights would otherwise be held as hex text, encoded again for the tool's
-    stdin and returned through its stdout (about five copies of the weights at once in this
-    process)."""
-    source = work / "regions.mlir"
-    with open(source, "w") as f:
-        module.operation.print(file=f)
-    return source
-
-
-def _compile(source: Path, flags: Sequence[str], target: str = "llvm-cpu") -> Path:
-    """Compile `source` (`_write_source`) with iree-compile into `regions.vmfb` beside it:
-    a process of its own, so compiles in threads run at once."""
+def _compile(module: ir.Module, flags: Sequence[str], work: Path,
+             target: str = "llvm-cpu") -> Path:
+    """Compile `module` with iree-compile through files in `work` (`regions.mlir` in,
+    `regions.vmfb` out). Files, not strings: a model's weights would otherwise be held as hex
+    text, encoded again for the tool's stdin and returned through its stdout (about five
+    copies of the weights at once in this process)."""
     import iree.compiler as ic
 
-    output = source.with_name("regions.vmfb")
+    source, output = work / "regions.mlir", work / "regions.vmfb"
+    with open(source, "w") as f:
+        module.operation.print(file=f)
     targets = [target] if target == "llvm-cpu" else []  # a GPU target comes as a device flag
     ic.compile_file(str(source), output_file=str(output), target_backends=targets,
                     input_type="onnx", extra_args=list(flags))
@@ -185,7 +174,7 @@ def _input_conversion_failures(modules: list[ir.Module]) -> set[int] | None:
     combined, names = combine(modules, "probe")
     with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
         try:
-            _compile(_write_source(combined, Path(work)), ["--compile-to=input"])
+            _compile(combined, ["--compile-to=input"], Path(work))
         except Exception as e:
             return _failed_functions(Path(work), names, str(e))
     return None
@@ -354,9 +343,7 @@ class IreeKernel(Kernel):
 
 class IreeBackend(Backend):
     """IREE llvm-cpu. Options: `threads` (task workers, default all cores), `flags` (extra
-    iree-compile flags, replacing DEFAULT_FLAGS), `compile_jobs` (joint compiles
-    `compile_many` runs at once, default the usable cores up to MAX_COMPILE_JOBS; the
-    kernels do not depend on it, so it is not in the cache key)."""
+    iree-compile flags, replacing DEFAULT_FLAGS)."""
 
     name = "iree"
     kind = BackendKind.COMPILER
@@ -372,10 +359,6 @@ class IreeBackend(Backend):
         flags = options.get("flags", self.default_flags())
         self.flags = tuple(flags.split() if isinstance(flags, str) else flags)
         self._loaded: dict[Path, tuple[Any, bytes]] = {}
-        self.compile_jobs = max(1, int(options.get("compile_jobs", _default_jobs())))
-        self._in_process = threading.Lock()
-        """Held around what a compile does in this process (the MLIR bindings, loading the
-        runtime module); only the iree-compile processes of `compile_many` overlap."""
 
     @property
     def version(self) -> str:
@@ -421,23 +404,12 @@ class IreeBackend(Backend):
         return result
 
     def compile_many(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
-        """Regions in `compile_jobs` joint compiles run at once (one iree-compile keeps
-        about 1.3 of 2 cores busy), more where their weights pass `JOINT_WEIGHT_BYTES`."""
+        """Regions in as few compiles as their weights allow (`JOINT_WEIGHT_BYTES`)."""
         results: list[Kernel | Exception] = [RuntimeError("not compiled")] * len(modules)
-        batches = _job_batches(modules, self.compile_jobs)
-
-        def one(batch: list[int]) -> None:
+        for batch in _weight_batches(modules):
             for i, kernel in zip(batch, self._compile_batch([modules[i] for i in batch]),
                                  strict=True):
                 results[i] = kernel
-
-        if len(batches) < 2:
-            for batch in batches:
-                one(batch)
-            return results
-        with ThreadPoolExecutor(min(self.compile_jobs, len(batches))) as pool:
-            for done in [pool.submit(one, batch) for batch in batches]:
-                done.result()
         return results
 
     def _compile_batch(self, modules: Sequence[ir.Module]) -> list[Kernel | Exception]:
@@ -485,13 +457,10 @@ class IreeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
             names: list[str] = []
             try:
-                with self._in_process:
-                    combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)
-                    source = _write_source(combined, Path(work))
-                vmfb_path = _compile(source, self.flags if flags is None else flags,
-                                     self.target)
-                with self._in_process:
-                    context, vmfb = self._load(vmfb_path)
+                combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)
+                vmfb_path = _compile(combined, self.flags if flags is None else flags,
+                                     Path(work), self.target)
+                context, vmfb = self._load(vmfb_path)
             except Exception as e:
                 bad = _failed_functions(Path(work), names, str(e)) if len(names) > 1 else set()
                 raise _JointFailure(e, bad) from e
@@ -622,28 +591,6 @@ def _constant_bytes(module: ir.Module) -> int:
     ops = _only_function(module).regions[0].blocks[0].operations
     return sum(onnx_view.tensor_nbytes(r.type) for op in ops
                if onnx_view.op_type(op.operation) == "Constant" for r in op.operation.results)
-
-
-def _default_jobs() -> int:
-    """Joint compiles at once by default: the cores this process may use, at most
-    MAX_COMPILE_JOBS."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return min(cores, MAX_COMPILE_JOBS)
-
-
-def _job_batches(modules: Sequence[ir.Module], jobs: int) -> list[list[int]]:
-    """Module indices in batches, one joint compile each: dealt round-robin to `jobs`
-    groups (neighbouring regions are alike, so the groups compile in about the same
-    time), each group cut where its constants pass JOINT_WEIGHT_BYTES."""
-    jobs = max(1, min(jobs, len(modules)))
-    batches = []
-    for j in range(jobs):
-        group = list(range(j, len(modules), jobs))
-        batches += [[group[i] for i in b] for b in _weight_batches([modules[i] for i in group])]
-    return batches
 
 
 def _weight_batches(modules: Sequence[ir.Module]) -> list[list[int]]:

@@ -4,7 +4,6 @@ CUDA variant as far as a machine without a GPU can check it."""
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
 import onnx.parser
@@ -19,11 +18,9 @@ from collage_mlir.backends.openvino import OpenVinoBackend
 from collage_mlir.backends.registry import available_backends, get_backend
 from collage_mlir.errors import CollageError
 from collage_mlir.export import exported_owners, node_name
-from collage_mlir.export.onnx_export import find_function
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import import_onnx
-from collage_mlir.tensors import make_inputs
 
 BACKENDS: dict[str, type[Backend]] = {
     "onnxruntime": OnnxRuntimeBackend, "openvino": OpenVinoBackend, "iree": IreeBackend,
@@ -200,7 +197,6 @@ def test_op_signature_abstracts_sizes_but_not_attributes() -> None:
 
 def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     backend = _backend("iree")
-    backend.compile_jobs = 1  # one joint compile, so that the calls count its retries
     calls = []
     real = iree_backend._compile
     monkeypatch.setattr(iree_backend, "_compile",
@@ -223,7 +219,6 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
 
 def test_iree_compiles_a_region_again_without_data_tiling_when_it_fails(monkeypatch) -> None:
     backend = _backend("iree")
-    backend.compile_jobs = 1
     assert set(iree_backend.RETRY_DROPPING) <= set(backend.flags)
     calls = []
     real = iree_backend._compile
@@ -260,8 +255,7 @@ def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     assert "--iree-cuda-target=sm_80" in backend.flags and "sm_80" in backend.cache_options()
     graph = _graph(SMALL)
     combined, _ = iree_backend.combine([SubGraph(graph, graph.op_bits).extract("all")])
-    vmfb = iree_backend._compile(iree_backend._write_source(combined, tmp_path), backend.flags,
-                                 backend.target)
+    vmfb = iree_backend._compile(combined, backend.flags, tmp_path, backend.target)
     assert b"cuda-nvptx-fb" in vmfb.read_bytes()
 
 
@@ -275,8 +269,7 @@ def test_iree_default_flags_turn_convolutions_into_matmuls(tmp_path) -> None:
     }''')
     combined, _ = iree_backend.combine([SubGraph(graph, graph.op_bits).extract("all")])
     flags = [*IreeBackend().flags, "--compile-to=preprocessing", "--output-format=vm-asm"]
-    ir_text = iree_backend._compile(iree_backend._write_source(combined, tmp_path),
-                                    flags).read_text()
+    ir_text = iree_backend._compile(combined, flags, tmp_path).read_text()
     assert "linalg.conv_2d_nchw_fchw" not in ir_text and "linalg.matmul" in ir_text.replace(
         "linalg.batch_matmul", "linalg.matmul")
     assert "depthwise_conv_2d" in ir_text
@@ -301,8 +294,7 @@ def test_iree_compiles_1d_convolutions_as_2d_and_computes_the_same(tmp_path) -> 
     assert "dilations = [1 : si64, 2 : si64]" in text
     assert "!torch.vtensor<[6,3,1],f32>) -> !torch.vtensor<[1,6,21],f32>" in text  # grouped
     flags = [*backend.flags, "--compile-to=preprocessing", "--output-format=vm-asm"]
-    source = iree_backend._write_source(combined, tmp_path)
-    assert "conv_1d" not in iree_backend._compile(source, flags).read_text()
+    assert "conv_1d" not in iree_backend._compile(combined, flags, tmp_path).read_text()
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal(s).astype(np.float32)
           for s in ((1, 4, 40), (6, 4, 3), (6,), (6, 6, 3), (6, 3, 1))]
@@ -381,7 +373,6 @@ def test_iree_failure_reasons_do_not_name_the_scratch_directory() -> None:
 
 def test_iree_joint_compiles_are_bounded_by_the_regions_weights(monkeypatch) -> None:
     backend = _backend("iree")
-    backend.compile_jobs = 1
     graph = _graph('''g (float[1,64] x) => (float[1,64] y) {
       w = Constant<value = float[64,64] {''' + ",".join(["0.5"] * 4096) + '''}>()
       a = MatMul(x, w)
@@ -401,44 +392,6 @@ def test_iree_joint_compiles_are_bounded_by_the_regions_weights(monkeypatch) -> 
     for kernel in kernels:
         np.testing.assert_allclose(kernel.run([x])[0], x @ np.full((64, 64), 0.5, np.float32),
                                    rtol=1e-4, atol=1e-4)
-
-
-def test_iree_compile_many_runs_its_joint_compiles_at_once(monkeypatch) -> None:
-    # two jobs: the regions are dealt to two compiles, which must overlap (each waits for
-    # the other at a barrier before it runs: one after the other, the barrier breaks), and
-    # every kernel still computes its own region
-    backend = _backend("iree")
-    backend.compile_jobs = 2
-    barrier = threading.Barrier(2, timeout=120)
-    real = iree_backend._compile
-    calls = []
-
-    def together(*a):
-        calls.append(a)
-        barrier.wait()
-        return real(*a)
-
-    monkeypatch.setattr(iree_backend, "_compile", together)
-    graph = _graph(SMALL)
-    ops = graph.op_nodes()
-    modules = [SubGraph(graph, 1 << n.index).extract(f"r{n.index}") for n in ops]
-    modules.append(SubGraph(graph, graph.op_bits).extract("all"))
-    kernels = backend.compile_many(modules)
-    assert len(calls) == 2
-    for module, kernel in zip(modules, kernels, strict=True):
-        inputs = make_inputs(find_function(module), variant=1)
-        want = OnnxRuntimeBackend().compile(module).run(inputs)
-        for got, w in zip(kernel.run(inputs), want, strict=True):
-            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
-
-
-def test_iree_job_batches_deal_regions_round_robin_within_the_weight_bound(monkeypatch) -> None:
-    sizes = [30_000, 10, 30_000, 10, 30_000, 10]
-    monkeypatch.setattr(iree_backend, "_constant_bytes", lambda m: m)
-    monkeypatch.setattr(iree_backend, "JOINT_WEIGHT_BYTES", 64_000)
-    assert iree_backend._job_batches(sizes, 2) == [[0, 2], [4], [1, 3, 5]]
-    assert iree_backend._job_batches(sizes, 1) == [[0, 1, 2, 3], [4, 5]]
-    assert iree_backend._job_batches(sizes[:1], 4) == [[0]]
 
 
 # -- buffer reuse between kernels (run_borrowed) -----------------------------------------
