@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Self
 
 from collage_mlir.candidate import CandidatePartition
@@ -47,6 +48,13 @@ class CostEstimator(abc.ABC):
         spends effort per candidate may spend less beyond it (the measuring one times
         fewer calls); the cost it returns is still its estimate, not the bound."""
         return self.estimate(candidates, progress)
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """A stretch of `estimate` calls (a run's measure phase makes a dozen) that may share
+        what each would otherwise set up and tear down; released when it ends. Most
+        estimators have nothing to share."""
+        yield
 
     def reason(self, candidate: CandidatePartition) -> str:
         """Why `candidate` costs +inf or NaN ("" when unknown), for the error that names an

@@ -3,7 +3,7 @@
 For each candidate: extract its region, key it (`cost.key`), and look the key up in the
 persistent cache. Only misses reach a backend: they are grouped per backend, identical regions
 (one key) are measured once, and each backend's regions go to its own worker process
-(`cost.client` / `cost.worker`, kept for the estimator's later calls), one backend at a
+(`cost.client` / `cost.worker`, kept between calls inside a `session`), one backend at a
 time, the reference backend first, so that measurements do not compete for the cores; or, with a `RemoteExecutor` (`cost.executor`: a Ray cluster), every backend's
 regions at once on the executor's machines, keyed by those machines' host fingerprint and
 backend builds. Each result is written to the cache as it arrives. Before measuring, a run
@@ -24,7 +24,8 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -244,9 +245,9 @@ class MeasuringEstimator(CostEstimator):
         """id(candidate) → `stop_above`, during an `estimate_bounded` call."""
         self._transitions: dict[tuple[str, str], Transition] = {}
         self._workers: dict[str, WorkerClient] = {}
-        """Backend name → its measuring worker, started on its first regions and kept for
-        later `estimate` calls (a cold run measures in a dozen of them; a start costs
-        0.4-0.6 s); ended at `close`."""
+        """Backend name → its measuring worker, kept between `estimate` calls inside a
+        `session`."""
+        self._sessions = 0
         self._transition_client: WorkerClient | None = None
         """One worker measures every pair of backends, reusing its compiled rings; it ends
         when candidates are measured (a run prices its hand-offs first) or at `close`."""
@@ -294,11 +295,28 @@ class MeasuringEstimator(CostEstimator):
     def tolerance(self) -> MeasureSettings:
         return self.settings
 
-    def close(self) -> None:
-        self._stop_transition_worker()
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Inside, each backend's worker process is kept from one `estimate` call to the
+        next (a start costs 0.4-0.6 s, and a cold run's measure phase makes a dozen calls);
+        at the end they are stopped: an idle worker still holds its runtimes' memory while
+        the run checks its pick end to end."""
+        self._sessions += 1
+        try:
+            yield
+        finally:
+            self._sessions -= 1
+            if not self._sessions:
+                self._stop_workers()
+
+    def _stop_workers(self) -> None:
         for client in self._workers.values():
             client.stop()
         self._workers.clear()
+
+    def close(self) -> None:
+        self._stop_transition_worker()
+        self._stop_workers()
         self.cache.close()
         if self.executor is not None and self._owns_executor:
             self.executor.close()
@@ -574,10 +592,8 @@ class MeasuringEstimator(CostEstimator):
         that are still to measure are skipped in this run (errors, not cached)."""
         if not keys:
             return
-        client = self._workers.get(info.name)
-        if client is None:
-            client = self._workers[info.name] = WorkerClient(self._worker_config(info))
-        restarts = client.restarts
+        client = self._workers.pop(info.name, None) or WorkerClient(self._worker_config(info))
+        restarts, kept = client.restarts, False
         hung = run.hung.setdefault(info.name, {})
         load = self.load_probe()
 
@@ -613,11 +629,13 @@ class MeasuringEstimator(CostEstimator):
                                  skip=functools.partial(skip, k), stop_above=bounds.get(k))
                             for k in keys],
                            info.batch, on_result)
-        except BaseException:
-            client.stop()  # interrupted mid-command: the next call starts a fresh one
-            raise
+            kept = self._sessions > 0
         finally:
             self.stats.restarts += client.restarts - restarts
+            if kept:
+                self._workers[info.name] = client
+            else:  # outside a session, or interrupted mid-command
+                client.stop()
             self.cache.release(keys, self.claimant)  # those not measured after all
 
     def _measure_remote(self, plan: Mapping[str, list[str]],

@@ -68,6 +68,38 @@ def test_reasons_differing_in_numbers_are_one_group():
     assert groups[0].op_types == ["MatMul", "Relu", "Sigmoid", "Add"]
 
 
+def test_the_measure_phase_costs_every_stage_inside_one_estimator_session():
+    from contextlib import contextmanager
+
+    from collage_mlir.cost.table import TableEstimator
+
+    class Sessions(TableEstimator):
+        """Table costs (1 ms a node) that note whether each `estimate` call ran inside a
+        session, and how many sessions were opened."""
+
+        opened, calls = 0, []
+
+        @contextmanager
+        def session(self):
+            self.opened += 1
+            self.inside = True
+            yield
+            self.inside = False
+
+        def estimate(self, candidates, progress=None):
+            self.calls.append(getattr(self, "inside", False))
+            return [1e-3 * len(c.sub_graph.nodes) for c in candidates]
+
+    module = collage_mlir.import_onnx(onnx.parser.parse_model(MODEL))
+    graph = driver.entry_graph(module)
+    cands = driver.annotate(graph, ["onnxruntime", "openvino"],
+                            driver.SubGraphConfig(max_depth=2))
+    est = Sessions({})
+    costs, _ = driver.measure(est, cands, graph=graph)
+    assert est.opened == 1 and len(est.calls) > 3 and all(est.calls)
+    assert not est.inside and all(math.isfinite(c) for c in costs)
+
+
 def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, monkeypatch):
     est = driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=2.5,
                                 kernel_budget_s=0.05)

@@ -126,17 +126,21 @@ def test_second_estimate_is_all_cache_hits(tmp_path, graph):
     assert seen[-1] == (len(cands), len(cands))
 
 
-def test_one_worker_per_backend_serves_every_estimate_call_until_close(tmp_path, graph):
-    # a cold run measures in a dozen calls: each starting its own worker cost 0.4-0.6 s
+def test_inside_a_session_one_worker_per_backend_serves_every_estimate_call(tmp_path, graph):
+    # a cold run's measure phase makes a dozen calls: a start costs 0.4-0.6 s each; after
+    # the session (and outside one) no idle worker holds its runtimes' memory
     ops = single_op(graph, "numpy_test")
     with estimator(tmp_path, [NUMPY]) as est:
-        est.estimate(ops[:2])
-        worker = est._workers["numpy_test"]
-        pid = worker.proc.pid
-        est.estimate(ops[2:])
-        assert est.stats.measured > 0 and est.stats.restarts == 0
-        assert worker.proc.pid == pid and worker.starts == 1
-    assert worker.proc is None and not _alive(pid)
+        with est.session():
+            est.estimate(ops[:2])
+            worker = est._workers["numpy_test"]
+            pid = worker.proc.pid
+            est.estimate(ops[2:4])
+            assert est.stats.measured > 0 and est.stats.restarts == 0
+            assert worker.proc.pid == pid and worker.starts == 1
+        assert worker.proc is None and not _alive(pid) and not est._workers
+        est.estimate(ops[4:])
+        assert est.stats.measured > 0 and not est._workers
 
 
 def test_the_reference_backend_measures_first_and_the_others_reuse_its_outputs(tmp_path,
