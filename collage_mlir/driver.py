@@ -304,7 +304,8 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
     with estimator.session():  # each backend's worker kept from stage to stage
         for n, stage in enumerate(groups):
             later = n >= 2  # after single ops and whole models: prunable, within the budget
-            for group in _batches(graph, candidates, n, stage, known, prune):
+            for group in _batches(graph, candidates, n, stage, known, prune,
+                                  estimator.reference_backend):
                 if later and prune:
                     out = dominated(graph, candidates, group, known(), estimator.transition_cost)
                     left.update(out)
@@ -333,8 +334,8 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
 
 
 def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartition], n: int,
-             stage: list[int], known: Callable[[], dict[int, float]], prune: bool
-             ) -> Iterator[list[int]]:
+             stage: list[int], known: Callable[[], dict[int, float]], prune: bool,
+             prefer: str | None = None) -> Iterator[list[int]]:
     """Stage `n`'s candidates in the batches they are measured in, each batch chosen when
     the one before is measured: whole models in one (timed side by side); with pruning,
     single ops first on a few nodes on every backend (`ranking_ops`), then one backend at
@@ -349,7 +350,7 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
             yield first
         ranked = set(first)
         stage = [k for k in stage if k not in ranked]
-    yield from by_backend(graph, candidates, stage, known())
+    yield from by_backend(graph, candidates, stage, known(), prefer)
 
 
 MEASURE_CHUNK = 64

@@ -74,6 +74,12 @@ class CostEstimator(abc.ABC):
         return 0
 
     @property
+    def reference_backend(self) -> str | None:
+        """The backend, among this estimator's own, whose outputs the others' are checked
+        against (None: none of them is): measured first, it leaves them its outputs."""
+        return None
+
+    @property
     def tolerance(self) -> Tolerance:
         """What outputs are checked to against the reference (`tensors.compare`), by this
         estimator's workers and by the phases after it (the final probe, refinement)."""

@@ -525,11 +525,16 @@ class MeasuringEstimator(CostEstimator):
             self._wait_for_others(deferred, rows, settle, previous, run, started, bounds)
         return costs
 
+    @property
+    def reference_backend(self) -> str | None:
+        return next((name for name, info in self.backends.items()
+                     if info.spec == self.reference), None)
+
     def _measuring_order(self, backend: str) -> tuple[bool, str]:
         """The reference backend first: its worker leaves its outputs as the others'
         reference (`cost/references.py`), so that no other worker compiles and runs the
         reference itself (for a whole model, seconds)."""
-        return (self.backends[backend].spec != self.reference, backend)
+        return (backend != self.reference_backend, backend)
 
     @property
     def claim_stale_s(self) -> float:

@@ -5,7 +5,8 @@ measured in stages, most informative first (`stages`): every single-op candidate
 guarantee a cover, and a measuring estimator learns from them which op types a backend
 hangs on before it compiles anything large), then each backend's whole model (the
 baselines the end-to-end check needs), then the rest, largest first, one backend at a
-time, the backend whose whole model ran fastest first (`by_backend`). Before each of those,
+time, the backend whose whole model ran fastest first (`by_backend`; the reference backend
+when it ties). Before each of those,
 a multi-op candidate on backend X is *dominated* (`dominated`) when half of what its
 dearest op alone costs on X is still more than another backend Y already costs for the
 same ops: as single-op candidates, hand-offs included, or as one measured region with the
@@ -33,6 +34,10 @@ FUSION_FLOOR = 0.5
 SUM_FLOOR = 0.0
 RANKING_OPS = 4
 """Single ops measured on every backend first, to rank the backends (`ranking_ops`)."""
+TIE = 0.05
+"""Backends whose whole models (else common single ops) cost within this share of the
+fastest's are tied for the measuring order (`by_backend`): resnet50's onnxruntime and
+OpenVINO, 1-2% apart on a 2-core EPYC, swapped places from run to run."""
 LOSER_FACTOR = 2.0
 """Beyond this multiple of a cover of the same nodes already known, a candidate's cost needs
 no more precision (`stop_above`): it stays a candidate (hand-offs may still favour it),
@@ -51,11 +56,15 @@ def stages(graph: DataflowGraph, candidates: Sequence[CandidatePartition]) -> li
 
 
 def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
-               ks: Sequence[int], known: Mapping[int, float]) -> list[list[int]]:
+               ks: Sequence[int], known: Mapping[int, float], prefer: str | None = None
+               ) -> list[list[int]]:
     """`ks` split per backend (order within kept), the fastest backend first by what
     `known` holds: its whole model, else its single ops on the nodes every backend has
     measured alone (`ranking_ops`); backends with neither last. The later ones are then
-    pruned against the first one's measured regions and bounded by them (`stop_above`)."""
+    pruned against the first one's measured regions and bounded by them (`stop_above`).
+    `prefer` (the reference backend) goes first when it ties with the fastest (`TIE`):
+    its worker's outputs then serve every other worker's check, which otherwise runs the
+    reference itself."""
     whole = {candidates[k].backend: cost for k, cost in known.items()
              if candidates[k].inside == graph.op_bits and math.isfinite(cost)}
     groups: dict[str, list[int]] = {}
@@ -63,7 +72,18 @@ def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
         groups.setdefault(candidates[k].backend, []).append(k)
     singles = _common_singles(candidates, known)
     order = sorted(groups, key=lambda b: (whole.get(b, math.inf), singles.get(b, math.inf), b))
+    if prefer in groups and _tied(prefer, order[0], whole, singles):
+        order.remove(prefer)
+        order.insert(0, prefer)
     return [groups[b] for b in order]
+
+
+def _tied(a: str, b: str, *paces: Mapping[str, float]) -> bool:
+    """Whether `a` costs at most `TIE` more than `b` by the first of `paces` that has both."""
+    for pace in paces:
+        if a in pace and b in pace:
+            return pace[a] <= (1 + TIE) * pace[b]
+    return False
 
 
 def ranking_ops(graph: DataflowGraph, candidates: Sequence[CandidatePartition],

@@ -116,6 +116,19 @@ def test_the_rest_is_measured_one_backend_at_a_time_fastest_whole_model_first():
     assert rest == [{"fast"}, {"slow"}]
 
 
+def test_a_tie_for_fastest_goes_to_the_reference_backend():
+    # "slow" is the reference: 4% behind is a tie (TIE) and it measures first; 50% behind
+    # is not, and the fastest goes first
+    class Reference(PerOp):
+        reference_backend = "slow"
+
+    graph, cands = chain_candidates(("fast", "slow"))
+    for slow, want in ((1.04, [{"slow"}, {"fast"}]), (1.5, [{"fast"}, {"slow"}])):
+        est = Reference({"fast": 1.0, "slow": slow})
+        driver.measure(est, cands, graph=graph)
+        assert [{c.backend for c in batch} for batch in est.batches[2:]] == want, slow
+
+
 def test_a_region_measured_on_another_backend_prunes_the_same_nodes():
     """Slow is 4x fast per op: half its dearest op (2.0) is no more than fast's two single
     ops (2.0), so the single ops alone prune nothing; fast's measured pair (1.6) does."""
