@@ -6,11 +6,10 @@ guarantee a cover, and a measuring estimator learns from them which op types a b
 hangs on before it compiles anything large), then each backend's whole model (the
 baselines the end-to-end check needs), then the rest, largest first, one backend at a
 time, the backend whose whole model ran fastest first (`by_backend`; the reference backend
-when it ties). Before each of those,
-a multi-op candidate on backend X is *dominated* (`dominated`) when half of what its
-dearest op alone costs on X is still more than another backend Y already costs for the
-same ops: as single-op candidates, hand-offs included, or as one measured region with the
-same nodes (so the same boundary). A region is not cheaper than half of its dearest op
+when it ties). Before each of those, a multi-op candidate on backend X is *dominated*
+(`dominated`) when half of what its dearest op alone costs on X is still more than another
+backend Y already costs for the same ops: as single-op candidates, hand-offs included, or
+as one measured region with the same nodes (so the same boundary). A region is not cheaper than half of its dearest op
 (fusion saves memory traffic around an op, not the op's own work), so such a candidate
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
