@@ -4,9 +4,9 @@ For each candidate: extract its region, key it (`cost.key`), and look the key up
 persistent cache. Only misses reach a backend: they are grouped per backend, identical regions
 (one key) are measured once, and each backend's regions go to its own worker process
 (`cost.client` / `cost.worker`, kept between calls inside a `session`), one backend at a
-time, the reference backend first, so that measurements do not compete for the cores; or, with a `RemoteExecutor` (`cost.executor`: a Ray cluster), every backend's
-regions at once on the executor's machines, keyed by those machines' host fingerprint and
-backend builds. Each result is written to the cache as it arrives. Before measuring, a run
+time, the reference backend first, so that measurements do not compete for the cores; or,
+with a `RemoteExecutor` (`cost.executor`: a Ray cluster), every backend's regions at once
+on the executor's machines, keyed by those machines' host fingerprint and backend builds. Each result is written to the cache as it arrives. Before measuring, a run
 claims its keys in the cache; keys another live run has claimed are not measured again but
 waited for (`_wait_for_others`), so concurrent runs on one cache share the work.
 
