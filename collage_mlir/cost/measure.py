@@ -6,9 +6,10 @@ persistent cache. Only misses reach a backend: they are grouped per backend, ide
 (`cost.client` / `cost.worker`, kept between calls inside a `session`), one backend at a
 time, the reference backend first, so that measurements do not compete for the cores; or,
 with a `RemoteExecutor` (`cost.executor`: a Ray cluster), every backend's regions at once
-on the executor's machines, keyed by those machines' host fingerprint and backend builds. Each result is written to the cache as it arrives. Before measuring, a run
-claims its keys in the cache; keys another live run has claimed are not measured again but
-waited for (`_wait_for_others`), so concurrent runs on one cache share the work.
+on the executor's machines, keyed by those machines' host fingerprint and backend builds.
+Each result is written to the cache as it arrives. Before measuring, a run claims its keys
+in the cache; keys another live run has claimed are not measured again but waited for
+(`_wait_for_others`), so concurrent runs on one cache share the work.
 
 Backends are given as registry names ("onnxruntime") or `module:Class` paths (for plugins
 and test doubles not installed as entry points), as a list or as a dict name → options.
