@@ -291,6 +291,14 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
     always measured, so a cover exists whatever the budget. With `prune`, a candidate is
     also told where it loses to what is known (`search.prune.stop_above`) and timed less
     beyond it. Pruning prices hand-offs: `price_hand_offs` first."""
+    with estimator.session():  # each backend's worker kept from stage to stage
+        return _measure_stages(estimator, candidates, progress, graph, budget_s, prune)
+
+
+def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
+                    progress: bool, graph: DataflowGraph | None, budget_s: float | None,
+                    prune: bool) -> tuple[list[float], dict[int, str]]:
+    """`measure` inside its estimator session."""
     start = time.perf_counter()
     costs = [math.nan] * len(candidates)
     left: dict[int, str] = {}
@@ -301,31 +309,30 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
     groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
     bar = ProgressBar("measuring") if progress else None
     done = 0
-    with estimator.session():  # each backend's worker kept from stage to stage
-        for n, stage in enumerate(groups):
-            later = n >= 2  # after single ops and whole models: prunable, within the budget
-            for group in _batches(graph, candidates, n, stage, known, prune,
-                                  estimator.reference_backend):
-                if later and prune:
-                    out = dominated(graph, candidates, group, known(), estimator.transition_cost)
-                    left.update(out)
-                    group = [k for k in group if k not in out]
-                    done += len(out)
-                for chunk in _chunks(group, MEASURE_CHUNK if later and budget_s else len(group)):
-                    if later and budget_s is not None and time.perf_counter() - start > budget_s:
-                        left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
-                                        "was spent" for k in chunk})
-                        continue
-                    bounds = (stop_above(graph, candidates, chunk, known(),
-                                         estimator.transition_cost)
-                              if prune and graph is not None else [None] * len(chunk))
-                    got = estimator.estimate_bounded(
-                        [candidates[k] for k in chunk], bounds, progress=(
-                            (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar
-                            else None))
-                    for k, cost in zip(chunk, got, strict=True):
-                        costs[k] = cost
-                    done += len(chunk)
+    for n, stage in enumerate(groups):
+        later = n >= 2  # after single ops and whole models: prunable, within the budget
+        for group in _batches(graph, candidates, n, stage, known, prune,
+                              estimator.reference_backend):
+            if later and prune:
+                out = dominated(graph, candidates, group, known(), estimator.transition_cost)
+                left.update(out)
+                group = [k for k in group if k not in out]
+                done += len(out)
+            for chunk in _chunks(group, MEASURE_CHUNK if later and budget_s else len(group)):
+                if later and budget_s is not None and time.perf_counter() - start > budget_s:
+                    left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
+                                    "was spent" for k in chunk})
+                    continue
+                bounds = (stop_above(graph, candidates, chunk, known(),
+                                     estimator.transition_cost)
+                          if prune and graph is not None else [None] * len(chunk))
+                got = estimator.estimate_bounded(
+                    [candidates[k] for k in chunk], bounds, progress=(
+                        (lambda d, _t, base=done: bar(base + d, len(candidates))) if bar
+                        else None))
+                for k, cost in zip(chunk, got, strict=True):
+                    costs[k] = cost
+                done += len(chunk)
     if bar:
         bar.close()
     for k in left:
