@@ -34,7 +34,7 @@ from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
-from collage_mlir.export.resources import weight_store
+from collage_mlir.export.resources import forget_store, weight_store
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.graph.outline import outline_placed, region_name
 from collage_mlir.importer import import_onnx, parse_mlir
@@ -594,7 +594,11 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
         with _timed(timings, "import"):
             module = load(model, options.input_shapes)
             stack.enter_context(weight_store(module))
-        return _partition_module(module, options, estimator, timings)
+        result = _partition_module(module, options, estimator, timings)
+        # a model the check or refinement kept is built from a copy of `module`, which
+        # names the store: gone once we return
+        forget_store(result.module)
+        return result
 
 
 def _partition_module(module: ir.Module, options: PartitionOptions,

@@ -231,18 +231,18 @@ def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
         yield store_of(module)
         return
     directory = Path(tempfile.mkdtemp(prefix="collage-weights-"))
-    attrs = module.operation.attributes
     try:
         store = _write_store(module, directory)
         if store is not None:
-            attrs[WEIGHTS] = ir.StringAttr.get(str(directory), module.context)
+            module.operation.attributes[WEIGHTS] = ir.StringAttr.get(str(directory),
+                                                                     module.context)
             _cache.pop(id(module), None)
         yield store
     finally:
-        if WEIGHTS in attrs:
-            del attrs[WEIGHTS]
-            _cache.pop(id(module), None)
+        forget_store(module)
         shutil.rmtree(directory, ignore_errors=True)
+        _cache.clear()  # copies of the model made meanwhile may have tables reading the store
+        open_store.cache_clear()  # and its file's pages, mapped
 
 
 def _write_store(module: ir.Module, directory: Path) -> WeightStore | None:
@@ -300,6 +300,14 @@ def store_of(module: ir.Module | ir.Operation) -> WeightStore | None:
     if WEIGHTS not in attrs:
         return None
     return open_store(ir.StringAttr(attrs[WEIGHTS]).value)
+
+
+def forget_store(module: ir.Module) -> None:
+    """Drop `module`'s `collage.weights`: it prints self-contained again."""
+    attrs = module.operation.attributes
+    if WEIGHTS in attrs:
+        del attrs[WEIGHTS]
+        _cache.pop(id(module), None)
 
 
 def share_store(source: ir.Module | ir.Operation, target: ir.Module) -> None:

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from conftest import light_model_path
 from iree.compiler import ir
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
 from collage_mlir.check import verify
 from collage_mlir.check.compare import Timing, whole_model_runner
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.dialects.collage import WEIGHTS
 from collage_mlir.tensors import max_abs_diff
 from collage_mlir.tensors import model_inputs as random_inputs
 
@@ -83,6 +84,37 @@ def test_whole_model_kept_when_it_runs_faster(monkeypatch):
     assert len(model.report_rows) == 1 and "kept onnxruntime whole" in model.report()
     x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
     assert np.allclose(model.run({"t0": x})[0], _chain_ref(x))
+
+
+@pytest.mark.skipif("openvino" not in available_backends(), reason="needs openvino")
+def test_a_kept_whole_model_with_stored_weights_saves_after_partitioning(monkeypatch, tmp_path):
+    """The check's kept model is built from a copy of the model made while its large
+    weights were in the partition's scratch store. After `compile` returns, that store is
+    gone: the model names no store, and saving it (OpenVINO compiles the region again, its
+    probe's blob being gone too) reads the weights from the IR."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(np.float32) / 8  # 16 KiB: kept in the store
+    nodes = [helper.make_node("MatMul", ["t0", "W"], ["t1"]),
+             *(helper.make_node("Relu" if k % 2 else "Neg", [f"t{k}"], [f"t{k + 1}"])
+               for k in range(1, 6))]
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("t6", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(w, "W")])
+    module = collage_mlir.import_onnx(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        fake_timings({verify.PICK: 2e-3, "openvino whole": 1e-3}))
+    model = collage_mlir.compile(module, backends=["openvino"],
+                                 estimator=SplitFavouringEstimator(), verify=True,
+                                 refine_budget_s=0)
+    assert model.verdict.kept == "openvino whole"
+    assert WEIGHTS not in model.mlir
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    want = -np.maximum(-np.maximum(-(x @ w), 0), 0)
+
+    again = collage_mlir.load(model.save(tmp_path / "saved"))
+    np.testing.assert_allclose(again.run([x])[0], want, rtol=1e-4, atol=1e-5)
 
 
 def test_a_replaced_pick_keeps_its_regions_in_the_record(monkeypatch, tmp_path):

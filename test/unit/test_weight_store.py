@@ -128,3 +128,31 @@ def test_while_partitioning_exports_refer_to_the_store_and_kernels_outlive_it(tm
     assert WEIGHTS not in module.operation.attributes and not directory.exists()
     for kernel in kernels:  # compiled from the store's file, run after it is gone
         np.testing.assert_allclose(kernel.run([x])[0], x @ w + b, rtol=1e-4, atol=1e-4)
+
+
+
+def test_a_copy_made_while_partitioning_compiles_once_it_forgets_the_gone_store(
+        tmp_path) -> None:
+    """The check and refinement build from a copy of the model made while the store lived;
+    what `partition` returns forgets the store (`forget_store`), and its regions then carry
+    their weights themselves (OpenVINO, saving a kernel whose blob is gone, compiles its
+    region again)."""
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    from collage_mlir.driver import entry_graph
+    from collage_mlir.export.resources import forget_store, store_of, weight_store
+    from collage_mlir.graph import SubGraph
+    from collage_mlir.runtime.model import clone_module
+
+    path, w, b = _model(tmp_path)
+    module = import_onnx(path)
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    with weight_store(module) as store:
+        copy = clone_module(module)
+        assert store_of(copy) is store  # inside, the copy reads the store like the model
+    assert WEIGHTS in copy.operation.attributes  # only the model itself forgot it
+    forget_store(copy)
+    graph = entry_graph(copy)
+    region = SubGraph(graph, graph.op_bits).extract("r")
+    assert store_of(region) is None and WEIGHTS not in str(region)
+    kernel = OpenVinoBackend().compile(region)
+    np.testing.assert_allclose(kernel.run([x])[0], x @ w + b, rtol=1e-4, atol=1e-4)
