@@ -627,16 +627,17 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
     try:
         with _timed(timings, "hand-offs"):
             price_hand_offs(estimator, names, options.progress)
-        with _timed(timings, "measure"):
-            costs, unmeasured = measure(estimator, candidates, options.progress,
-                                        graph=graph, budget_s=options.measure_budget_s,
-                                        prune=options.prune)
-        left = (options.measure_budget_s or math.inf) - timings["measure"]
-        carved: list[Carved] = []
-        if options.islands:
-            with _timed(timings, ISLANDS):
-                carved = carve_islands(graph, candidates, costs, estimator, options.progress,
-                                       left)
+        with estimator.session():  # the islands' parts measured by the same workers
+            with _timed(timings, "measure"):
+                costs, unmeasured = measure(estimator, candidates, options.progress,
+                                            graph=graph, budget_s=options.measure_budget_s,
+                                            prune=options.prune)
+            left = (options.measure_budget_s or math.inf) - timings["measure"]
+            carved: list[Carved] = []
+            if options.islands:
+                with _timed(timings, ISLANDS):
+                    carved = carve_islands(graph, candidates, costs, estimator,
+                                           options.progress, left)
         rejected = rejections(graph, candidates, costs, estimator, unmeasured)
         with _timed(timings, "search"):
             partitioning = choose(graph, candidates, costs, estimator, carved=carved)

@@ -68,36 +68,63 @@ def test_reasons_differing_in_numbers_are_one_group():
     assert groups[0].op_types == ["MatMul", "Relu", "Sigmoid", "Add"]
 
 
-def test_the_measure_phase_costs_every_stage_inside_one_estimator_session():
+def _session_noting_estimator():
+    """Table costs (1 ms a node) that note whether each `estimate` call ran inside a
+    session (nested ones counted), and how many sessions were opened."""
     from contextlib import contextmanager
 
     from collage_mlir.cost.table import TableEstimator
 
     class Sessions(TableEstimator):
-        """Table costs (1 ms a node) that note whether each `estimate` call ran inside a
-        session, and how many sessions were opened."""
+        opened, depth = 0, 0
 
-        opened, calls = 0, []
+        def __init__(self) -> None:
+            super().__init__({})
+            self.calls: list[bool] = []
 
         @contextmanager
         def session(self):
             self.opened += 1
-            self.inside = True
-            yield
-            self.inside = False
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
 
         def estimate(self, candidates, progress=None):
-            self.calls.append(getattr(self, "inside", False))
+            self.calls.append(self.depth > 0)
             return [1e-3 * len(c.sub_graph.nodes) for c in candidates]
 
+    return Sessions()
+
+
+def test_the_measure_phase_costs_every_stage_inside_one_estimator_session():
     module = collage_mlir.import_onnx(onnx.parser.parse_model(MODEL))
     graph = driver.entry_graph(module)
     cands = driver.annotate(graph, ["onnxruntime", "openvino"],
                             driver.SubGraphConfig(max_depth=2))
-    est = Sessions({})
+    est = _session_noting_estimator()
     costs, _ = driver.measure(est, cands, graph=graph)
     assert est.opened == 1 and len(est.calls) > 3 and all(est.calls)
-    assert not est.inside and all(math.isfinite(c) for c in costs)
+    assert not est.depth and all(math.isfinite(c) for c in costs)
+
+
+def test_the_islands_parts_are_measured_in_the_measure_phases_session(monkeypatch):
+    """Carving islands measures parts right after the measure phase: the same session, so
+    the same workers, not a fresh start per call."""
+    seen = []
+
+    def carve(graph, candidates, costs, estimator, progress=False, left_s=math.inf):
+        seen.append(estimator.depth)
+        estimator.estimate(candidates[:1])
+        return []
+
+    monkeypatch.setattr(driver, "carve_islands", carve)
+    est = _session_noting_estimator()
+    collage_mlir.compile(onnx.parser.parse_model(MODEL), backends=["onnxruntime", "openvino"],
+                         estimator=est, max_depth=2, verify=False)
+    assert seen and seen[0] > 0 and all(est.calls)
+    assert not est.depth
 
 
 def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, monkeypatch):
