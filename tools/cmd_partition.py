@@ -14,7 +14,7 @@ from collage_mlir.tools.args import (
     add_measure_on_argument,
     add_tolerance_arguments,
     backend_names,
-    check_output_dir,
+    check_output_file,
     cost_table_format,
     input_shapes,
     load_inputs,
@@ -103,7 +103,11 @@ def compile_from_args(model: str, args: argparse.Namespace,
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.output)
+    from collage_mlir.runtime.model import check_save_target
+
+    check_save_target(args.output)  # before any work, as the JSON report's file
+    if args.json:
+        check_output_file(args.json)
     model = compile_from_args(args.model, args)
     print(model.report())
     out = model.save(args.output)

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -299,14 +298,13 @@ class PartitionedModel:
     # -- persistence --------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write the model to `directory`: built in a sibling scratch directory and moved
+        """Write the model to `directory` (new, empty, or a model saved before, which it
+        replaces: `check_save_target`): built in a sibling scratch directory and moved
         into place at the end, so a failed save leaves the old contents and a new one leaves
         nothing of them. The manifest records a SHA-256 of every file."""
-        final = user_path(directory)
-        if final.exists() and not final.is_dir():
-            raise CollageError(f"{final}: exists and is not a directory")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        out = Path(tempfile.mkdtemp(prefix=f".{final.name}.new-", dir=final.parent))
+        final = check_save_target(directory)
+        out = final.parent / f".{final.name}.new-{os.getpid()}-{time.monotonic_ns()}"
+        out.mkdir()  # not mkdtemp: the umask decides who may read the saved model
         try:
             self._write(out)
             _replace_dir(out, final)
@@ -374,6 +372,47 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def check_save_target(directory: str | os.PathLike) -> Path:
+    """Where `save` may write the model: the absolute path (symlinks resolved) of a new
+    directory, an empty one, or a model saved before. Anything else is refused, before any
+    work: a directory holding other files (saving replaces the directory whole, and an
+    input model or notes beside it would be lost), a file, a missing or read-only parent."""
+    given = user_path(directory)
+    final = given.resolve()
+    if final.exists() and not final.is_dir():
+        raise CollageError(f"{given}: exists and is not a directory (give a new, empty or "
+                           "saved-model directory)")
+    if final == Path.cwd().resolve() or final in Path.cwd().resolve().parents:
+        raise CollageError(f"{given}: is the current directory or holds it (saving "
+                           "replaces the directory): give a new directory")
+    if final.is_dir():
+        foreign = _foreign_files(final)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise CollageError(f"{given}: holds files that are not a saved model ({shown}); "
+                               "saving replaces the directory, so give a new, empty or "
+                               "saved-model directory")
+    if not final.parent.is_dir():
+        raise CollageError(f"{given}: folder {str(final.parent)!r} does not exist")
+    if not os.access(final.parent, os.W_OK | os.X_OK):
+        raise CollageError(f"{given}: not writable (folder {str(final.parent)!r})")
+    return final
+
+
+def _foreign_files(d: Path) -> list[str]:
+    """Entries of `d` that a saved model there does not list (all of them when `d` holds
+    no readable manifest of this format), sorted."""
+    names = sorted(p.name for p in d.iterdir())
+    try:
+        manifest = json.loads((d / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return names
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return names
+    known = set(manifest.get("checksums") or {}) | {"manifest.json"}
+    return [n for n in names if n not in known]
 
 
 def _replace_dir(staged: Path, out: Path) -> None:

@@ -193,6 +193,47 @@ def test_a_flipped_byte_in_a_manifest_string_is_refused(model, tmp_path):
         load(out)
 
 
+def test_save_replaces_only_a_saved_model_or_an_empty_directory(model, tmp_path,
+                                                                 monkeypatch):
+    """Saving replaces the target directory whole: one holding anything but a saved model
+    (the input model beside it, notes) is refused, untouched; an empty one, a model saved
+    before and a symlink's target are written; the folder is as readable as the umask says."""
+    import os
+    import stat
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "model.onnx").write_bytes(b"the user's input")
+    with pytest.raises(collage_mlir.CollageError, match=r"holds files that are not a saved "
+                                                        r"model \(model.onnx\)"):
+        model.save(mixed)
+    assert sorted(p.name for p in mixed.iterdir()) == ["model.onnx"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    old = os.umask(0o022)
+    try:
+        out = model.save(empty)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert model.save(out) == out  # a saved model is replaced ...
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(collage_mlir.CollageError, match="notes.txt"):
+        model.save(out)  # ... but not once something else is in it
+    assert (out / "notes.txt").read_text() == "mine"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target", target_is_directory=True)
+    (tmp_path / "target").mkdir()
+    assert model.save(link) == tmp_path / "target" and link.is_symlink()
+    load(link)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no scratch left
+    with pytest.raises(collage_mlir.CollageError, match="does not exist"):
+        model.save(tmp_path / "missing" / "out")
+    monkeypatch.chdir(empty)
+    with pytest.raises(collage_mlir.CollageError, match="the current directory"):
+        model.save(".")
+
+
 @pytest.mark.skipif("openvino" not in available_backends(), reason="openvino unavailable")
 def test_a_loaded_model_saves_again_and_loads(tmp_path):
     """OpenVINO cannot export a model it imported (the blob would not read back): a loaded
