@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", help="directory written by `collage-mlir partition -o`")
     add_inputs_argument(p, "seeded random inputs")
     p.add_argument("--save-outputs", metavar="DIR",
-                   help="write each output as DIR/<name>.npy (default: outputs not saved)")
+                   help="write each output as DIR/<name>.npy, the name spelled for a file "
+                        "(characters other than letters, digits, '.', '-' and '_' as '_'; "
+                        "a clash numbered) (default: outputs not saved)")
     p.add_argument("--repeat", type=positive_int, default=0, metavar="N",
                    help="also time N runs and print the median latency (default: not timed)")
     p.add_argument("--profile", type=positive_int, default=0, metavar="N",
@@ -43,12 +46,14 @@ def run(args: argparse.Namespace) -> int:
     inputs = (load_inputs(args.inputs) if args.inputs
               else model_inputs(model.module))
     outputs = model.run(inputs)
-    for name, out in zip(model.output_names, outputs, strict=True):
-        print(f"{name}: shape={list(out.shape)} dtype={out.dtype} "
-              f"mean={float(np.mean(out)):.6g} max={float(np.max(out)):.6g}")
+    files = output_files(model.output_names)
+    for name, file, out in zip(model.output_names, files, outputs, strict=True):
+        summary = (f"mean={float(np.mean(out)):.6g} max={float(np.max(out)):.6g}" if out.size
+                   else "empty")
+        print(f"{name}: shape={list(out.shape)} dtype={out.dtype} {summary}")
         if args.save_outputs:
             Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
-            np.save(Path(args.save_outputs) / f"{name}.npy", out)
+            np.save(Path(args.save_outputs) / file, out)
     if args.repeat:
         arranged = model.arrange(inputs)
         (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,
@@ -67,3 +72,20 @@ def run(args: argparse.Namespace) -> int:
         write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None,
                                            chain_s=chain)), args.json)
     return 0
+
+
+def output_files(names: list[str]) -> list[str]:
+    """Each output's file name in the --save-outputs folder: never a path ("gpu_0/softmax"
+    → "gpu_0_softmax.npy", "../x" → "_.._x.npy"), no two alike."""
+    files: list[str] = []
+    taken: set[str] = set()
+    for name in names:
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+        stem = "_" + stem if stem.startswith(".") else stem
+        file, n = f"{stem}.npy", 1
+        while file in taken:
+            n += 1
+            file = f"{stem}_{n}.npy"
+        files.append(file)
+        taken.add(file)
+    return files

@@ -33,9 +33,14 @@ class Region:
 
 def region_name(function: str, backend: str, k: int) -> str:
     """The symbol of region `k` of `function` run on `backend`: `<function>_<backend>_<k>`,
-    the backend spelled as an identifier (`onnxruntime-gpu` → `onnxruntime_gpu`). Reports
-    and profiles join on this name."""
-    return f"{function}_{''.join(c if c.isalnum() else '_' for c in backend)}_{k}"
+    both names spelled as identifiers (`onnxruntime-gpu` → `onnxruntime_gpu`). Reports and
+    profiles join on this name, and a saved model names its files after it: a graph named
+    `../x` or `a/b` must not reach a path."""
+    return f"{_identifier(function)}_{_identifier(backend)}_{k}"
+
+
+def _identifier(name: str) -> str:
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in name)
 
 
 Placed = tuple[int, SubGraph, str, float | None]

@@ -97,6 +97,36 @@ def test_outputs_no_region_computes_come_out_right(tmp_path, mixing_table):
     assert np.all(again[4] == 0.5) and again[5].tolist() == [1, 4, 8, 8]
 
 
+@needs_two
+def test_graph_and_output_names_that_look_like_paths_stay_names(tmp_path, mixing_table):
+    """A graph named "../../evil/graph" and outputs named "dense/Relu:0" and "../up": the
+    saved model's files stay in its folder, and `run --save-outputs` writes one file per
+    output inside the folder it was given."""
+    proto = onnx.parser.parse_model(RETURNS_AS_IS)
+    proto.graph.name = "../../evil/graph"
+    renames = {proto.graph.output[0].name: "dense/Relu:0", proto.graph.output[1].name: "../up"}
+    for node in proto.graph.node:
+        node.output[:] = [renames.get(o, o) for o in node.output]
+    for out in proto.graph.output[:2]:
+        out.name = renames[out.name]
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    nest = tmp_path / "a" / "b"
+    nest.mkdir(parents=True)
+    model = collage_mlir.compile(str(path), backends=GRAPH_BACKENDS,
+                                 cost=f"table:{mixing_table}")
+    before = set(tmp_path.rglob("*"))
+    saved = model.save(nest / "out")
+    assert {p for p in set(tmp_path.rglob("*")) - before if p.parent != saved} == {saved}
+    outs = nest / "outs"
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.cli", "run", str(saved),
+                           "--save-outputs", str(outs)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.name for p in outs.iterdir())
+    assert len(files) == len(model.output_names) and "dense_Relu_0.npy" in files
+    assert "_.._up.npy" in files and not (nest / "up.npy").exists()
+
+
 @pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
 def test_three_backends_on_squeezenet(mixing_table):
     path = light_model_path("squeezenet")
