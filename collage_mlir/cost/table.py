@@ -145,6 +145,8 @@ class TableEstimator(CostEstimator):
         if any(op not in table and "*" not in table for op in ops):
             return math.inf
         each = [table.get(op, table.get("*", math.inf)) for op in ops]
+        if math.inf in each:  # an op the backend cannot run ("inf"): so neither the region
+            return math.inf  # (the discounted rest below would be inf - inf, NaN)
         dearest = max(each)
         rest = math.fsum(each) - dearest
         return self.per_call.get(c.backend, 0.0) + dearest + self.fusion_discount.get(

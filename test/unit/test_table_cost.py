@@ -49,6 +49,15 @@ def test_op_without_entry_is_invalid_and_unknown_backend_gets_default(graph):
     assert t.estimate([cand(graph, [1], "ort")]) == [7.0]
 
 
+def test_an_op_priced_inf_makes_every_region_holding_it_invalid_not_unknown(graph):
+    """ "inf" (the format's "cannot run") on one op: the regions with it cost +inf, in the
+    search's terms invalid, never NaN (unknown, which stops the search)."""
+    t = TableEstimator.from_dict({"per_op": {"iree": {"Neg": "inf", "*": 1.0}},
+                                  "fusion_discount": {"iree": 0.5}})
+    assert t.estimate([cand(graph, [1]), cand(graph, [1, 2]), cand(graph, [1, 2, 3]),
+                       cand(graph, [2, 3])]) == [math.inf, math.inf, math.inf, 1.5]
+
+
 def test_region_rows_match_every_given_key_and_first_match_wins(graph):
     t = TableEstimator.from_dict({
         "regions": [
