@@ -3,13 +3,16 @@
 A CollageError is the expected kind (its message names the file, node or op) and exits 1.
 Anything else is a bug or an unforeseen input; it still gets one line — the exception's type
 and first line, and how to see the traceback (`COLLAGE_DEBUG=1`) — and exit 2. A closed pipe
-(`collage-mlir cache list | head`) ends the command quietly.
+(`collage-mlir cache list | head`) ends the command quietly. SIGTERM (`kill`, `timeout`, a
+CI job cancelled) unwinds like Ctrl-C, so scratch folders are removed, and exits 143.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from collage_mlir.errors import CollageError
@@ -17,10 +20,23 @@ from collage_mlir.errors import CollageError
 DEBUG_ENV = "COLLAGE_DEBUG"
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: raised where the program was, so every `finally` runs."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def guarded(prog: str, body: Callable[[], int]) -> int:
     """Run `body`; map every failure to (one stderr line, exit status)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         return body()
+    except Terminated:
+        _say(f"{prog}: terminated")
+        return 143
     except CollageError as e:
         _say(f"{prog}: error: {_one_line(str(e))}")
         return 1
@@ -36,6 +52,9 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
         _say(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
              f"(set {DEBUG_ENV}=1 for the traceback)")
         return 2
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _one_line(text: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -125,6 +126,32 @@ def test_graph_and_output_names_that_look_like_paths_stay_names(tmp_path, mixing
     files = sorted(p.name for p in outs.iterdir())
     assert len(files) == len(model.output_names) and "dense_Relu_0.npy" in files
     assert "_.._up.npy" in files and not (nest / "up.npy").exists()
+
+
+def test_sigterm_mid_partition_removes_the_scratch_folders(tmp_path):
+    """`kill` / `timeout` / a cancelled CI job send SIGTERM: the command unwinds as on
+    Ctrl-C (exit 143), and the weight store and scratch folders it made are gone."""
+    import os
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    model = Path(__file__).parent.parent / "data" / "exported" / "tiny_gpt2.onnx"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "collage_mlir.tools.cli", "partition", str(model),
+         "-o", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite"),
+         "--backends", "onnxruntime"], env={**os.environ, "TMPDIR": str(scratch)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("collage-weights-*")) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no weight store appeared"
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGTERM)
+    err, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "terminated" in err, err
+    assert not [p.name for p in scratch.iterdir() if p.name.startswith("collage-")]
 
 
 @pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
