@@ -38,10 +38,18 @@ def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
         raise CollageError(f"{path}: no such file")
     try:
         proto = onnx.load(str(path))
-    except Exception as e:  # protobuf gives a long message with no location
-        raise CollageError(f"{path}: not a readable ONNX model ({type(e).__name__})") from None
+    except Exception as e:  # protobuf gives a long message with no location; onnx's own
+        detail = _one_line(e) if not type(e).__module__.startswith("google") else ""
+        raise CollageError(f"{path}: not a readable ONNX model ({type(e).__name__}"
+                           f"{': ' + detail if detail else ''})") from None
     _require_known_opset(proto, str(path))
     return proto, str(path)
+
+
+def _one_line(e: BaseException) -> str:
+    """The first line of an exception's message, cut to 300 characters."""
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _require_known_opset(proto: onnx.ModelProto, label: str) -> None:

@@ -73,11 +73,24 @@ class Placement:
                 return False
         return True
 
+    def _check_excludes(self, backends: set[str]) -> None:
+        """An excluded name no backend has is a typo, which would exclude nothing: an
+        error naming the rule (a known backend not in use is fine)."""
+        from collage_mlir.backends.registry import registered_backends
+
+        known = set(registered_backends()) | backends
+        for rule in self.rules:
+            typos = sorted(rule.exclude - known)
+            if typos:
+                raise CollageError(f"{rule.where}: excludes {', '.join(map(repr, typos))}, "
+                                   f"which names no backend (known: {', '.join(sorted(known))})")
+
     def filter(self, graph: DataflowGraph,
                candidates: list[CandidatePartition]) -> list[CandidatePartition]:
         """The candidates every rule allows. A rule pinning ops to a backend that is not in
         play is an error naming the rule; a rule that matches no op is a warning."""
         backends = {c.backend for c in candidates}
+        self._check_excludes(backends)
         matched: set[int] = set()
         for node in graph.op_nodes():
             rule = self.rule_for(node.op_type, node_name(node))

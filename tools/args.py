@@ -116,7 +116,7 @@ def add_inputs_argument(p: argparse.ArgumentParser, default: str) -> None:
 
 def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
     """`--inputs` as arrays: by name from one .npz or from name=file.npy, else in order."""
-    if len(specs) == 1 and specs[0].endswith(".npz"):
+    if len(specs) == 1 and "=" not in specs[0] and specs[0].lower().endswith(".npz"):
         try:
             with np.load(user_path(specs[0])) as arrays:
                 return {name: arrays[name] for name in arrays.files}
@@ -131,9 +131,14 @@ def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
 
 def _load_npy(path: str) -> np.ndarray:
     try:
-        return np.load(user_path(path))
+        value = np.load(user_path(path))
     except (OSError, ValueError) as e:
         raise CollageError(f"{path}: cannot read .npy input: {e}") from None
+    if not isinstance(value, np.ndarray):  # an .npz archive
+        value.close()
+        raise CollageError(f"{path}: holds several arrays (.npz); name=FILE and FILE in "
+                           "order take one .npy each, one .npz alone holds all inputs")
+    return value
 
 
 def check_output_file(path: str) -> Path:
@@ -157,6 +162,8 @@ def check_output_dir(path: str) -> Path:
         raise CollageError(f"{path}: exists and is not a directory (give a new or existing "
                            "directory for the partitioned model)")
     parent = p if p.is_dir() else p.parent
+    if parent.exists() and not parent.is_dir():
+        raise CollageError(f"{path}: {str(parent)!r} is a file, not a folder")
     if not parent.is_dir():
         raise CollageError(f"{path}: folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK):

@@ -94,11 +94,17 @@ def process_split(text: str, label: str, pipeline: Pipeline | None) -> tuple[str
 def _read_input(path: str, stdin: TextIO | None) -> str:
     try:
         if path == "-":
-            return (stdin or sys.stdin).read()
+            text = (stdin or sys.stdin).read()
+            text.encode("utf-8")  # stdin decodes bad bytes to surrogates, the parser refuses
+            return text
         with open(path) as f:
             return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
+    except (OSError, UnicodeError) as e:
+        label = "<stdin>" if path == "-" else path
+        why = ("not UTF-8 text" if isinstance(e, UnicodeError)
+               else getattr(e, "strerror", None) or e)
+        hint = " (stdin takes MLIR text; give an .onnx model as a path)" if path == "-" else ""
+        raise CollageError(f"{label}: {why}{hint}") from None
 
 
 def run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO) -> int:

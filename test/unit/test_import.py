@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import onnx
 import onnx.helper as oh
 import pytest
@@ -49,6 +50,40 @@ def test_malformed_model_names_file(tmp_path):
     path.write_bytes(b"this is not a protobuf")
     with pytest.raises(CollageError, match="broken.onnx"):
         collage_mlir.import_onnx(path)
+
+
+def test_missing_external_data_says_which_file(tmp_path):
+    """A model whose weights live in a .onnx.data file left behind: onnx's own reason (the
+    missing file) is in the message, not just the exception's type."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).parent.parent / "data" / "exported" / "tiny_opt_dynamo.onnx"
+    shutil.copy(src, tmp_path / src.name)
+    with pytest.raises(CollageError, match=r"tiny_opt_dynamo\.onnx\.data"):
+        collage_mlir.import_onnx(tmp_path / src.name)
+
+
+def test_inputs_forms_name_the_mistake(tmp_path):
+    """--inputs: an .npz of any case holds every input; name=FILE takes an .npy, and an
+    .npz given there says so instead of looking for a file named 'x=in.npz'."""
+    from collage_mlir.tools.args import load_inputs
+
+    with open(tmp_path / "in.NPZ", "wb") as f:  # (np.savez would append ".npz")
+        np.savez(f, x=np.ones(2, np.float32))
+    assert list(load_inputs([str(tmp_path / "in.NPZ")])) == ["x"]
+    with pytest.raises(CollageError, match="holds several arrays"):
+        load_inputs([f"x={tmp_path / 'in.NPZ'}"])
+
+
+def test_collage_opt_refuses_binary_stdin_in_one_line():
+    from pathlib import Path
+
+    model = Path(__file__).parent.parent / "data" / "exported" / "tiny_bert.onnx"
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.collage_opt"],
+                          input=model.read_bytes(), capture_output=True)
+    assert proc.returncode == 1, proc.stderr
+    assert b"<stdin>: not UTF-8 text" in proc.stderr and b"Traceback" not in proc.stderr
 
 
 def test_dangling_input_is_reported(tmp_path):

@@ -59,6 +59,17 @@ def test_exclude(graph, tmp_path):
     assert {c.backend for c in kept if 2 in c.sub_graph.nodes} == {"onnxruntime"}
 
 
+def test_an_excluded_name_no_backend_has_is_an_error_not_a_silent_no_op(graph, tmp_path):
+    placement = Placement.from_json(write(tmp_path, [
+        {"pattern": {"match": {"node_type": "Abs"}, "rewrite": {"exclude": ["onnxruntme"]}}}]))
+    with pytest.raises(collage_mlir.CollageError, match="excludes 'onnxruntme', which names "
+                                                        "no backend"):
+        placement.filter(graph, cands(graph, [[2]]))
+    known_unused = Placement.from_json(write(tmp_path, [
+        {"pattern": {"match": {"node_type": "Abs"}, "rewrite": {"exclude": ["openvino"]}}}]))
+    assert len(known_unused.filter(graph, cands(graph, [[2]]))) == 2
+
+
 @pytest.mark.parametrize("entries, message", [
     ([{"pattern": {"match": {"node_type": "("}, "rewrite": {"backend": "x"}}}], "bad regex"),
     ([{"pattern": {"match": {"op": "Relu"}, "rewrite": {"backend": "x"}}}], "unknown keys"),
