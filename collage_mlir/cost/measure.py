@@ -63,6 +63,7 @@ from collage_mlir.cost.key import (
 )
 from collage_mlir.cost.key import region_key as compute_region_key
 from collage_mlir.cost.protocol import (
+    NO_REFERENCE,
     MeasureSettings,
     load_backend,
     settings_dict,
@@ -579,7 +580,8 @@ class MeasuringEstimator(CostEstimator):
         timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout), and
         not a timing that an earlier run cut short at its `stop_above` where this run needs
         the precision (`bound`: this run's; none, or one above the row's median), nor a
-        row an older comparison refused for matching NaNs (`NAN_TAKEN_FOR_WRONG`)."""
+        row an older comparison refused for matching NaNs (`NAN_TAKEN_FOR_WRONG`), nor,
+        when this run checks numbers, a row measured by a run that named no reference."""
         if m.status == ERROR or m.stale or (m.status == INVALID
                                             and m.error.startswith(NAN_TAKEN_FOR_WRONG)):
             return False
@@ -587,6 +589,8 @@ class MeasuringEstimator(CostEstimator):
             return not TIMEOUT_RETRY.due(m.timeout_s, m.attempts, m.created, self.timeout_s)
         if m.status == OK and CUT_SHORT in m.error:
             return bound is not None and m.median > bound
+        if m.status == OK and f"unchecked: {NO_REFERENCE}" in m.error:
+            return self.reference is None  # a run that checks numbers checks this one
         return True
 
     def _measure_backend(self, info: BackendInfo, keys: list[str],

@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 SYS_PATH_ENV = "COLLAGE_WORKER_SYS_PATH"
+NO_REFERENCE = "no reference backend"
+"""Why an ok row is unchecked when its run named no reference: a run that checks numbers
+measures such a row again (`MeasuringEstimator._is_hit`)."""
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from collage_mlir.cost.protocol import SYS_PATH_ENV, MeasureSettings, load_backend
+from collage_mlir.cost.protocol import NO_REFERENCE, SYS_PATH_ENV, MeasureSettings, load_backend
 from collage_mlir.cost.references import Outputs, ReferenceOutputs, text_digest
 from collage_mlir.cost.timing import CUT_SHORT, stopped_at_bound, summarize, time_kernel
 from collage_mlir.cost.transition import Rings, measure_points
@@ -228,7 +228,7 @@ class Worker:
         """The reference's outputs for each input set, or a string saying why there are
         none: shared ones if a worker left them, else computed here and left for others."""
         if self.reference is None:
-            return "no reference backend"
+            return NO_REFERENCE
         if self.reference.name == self.backend.name:
             return "this backend is the reference"
         wants = self.references.get(digest, len(input_sets))

@@ -569,6 +569,27 @@ def test_rows_the_old_comparison_refused_for_matching_nans_are_measured_again(tm
         assert est.cache.get_many([old.key])[old.key].status == OK
 
 
+def test_rows_measured_without_a_reference_are_checked_by_a_run_that_has_one(tmp_path, graph):
+    """`measure --reference none` leaves rows unchecked, a wrong kernel's too; a later run
+    that checks numbers must not take them as checked: it measures them again and catches
+    the wrong one. A run without a reference takes them as they are."""
+    cands = [c for c in single_op(graph, "fault")
+             if graph.nodes[c.sub_graph.first].op_type in ("MatMul", "Relu")]
+    backends = {NUMPY: {}, FAULT: {"mode": "wrong", "on": "Relu"}}
+    with estimator(tmp_path, backends, reference=None) as est:
+        assert all(0 < c < math.inf for c in est.estimate(cands))
+        rows = est.cache.get_many([est.key(c) for c in cands]).values()
+        assert all("unchecked: no reference backend" in m.error for m in rows)
+    with estimator(tmp_path, backends, reference=None) as est:
+        est.estimate(cands)
+        assert est.stats.hits == 2 and est.stats.measured == 0
+    with estimator(tmp_path, backends) as est:
+        costs = est.estimate(cands)
+        assert est.stats.measured == 2 and sorted(costs)[1] == math.inf
+        rows = est.cache.get_many([est.key(c) for c in cands]).values()
+        assert not any("unchecked" in m.error for m in rows)
+
+
 def test_a_backend_failing_every_candidate_leaves_the_model_to_the_others(tmp_path, graph):
     from collage_mlir.search.search import search
 
