@@ -359,6 +359,9 @@ class _Watch:
                 deadline = time.monotonic() + float(self.stage["allow"])
             elif "note" in msg:
                 self.notes.append(msg["note"])
+            elif "bad_inputs" in msg:
+                raise CollageError(f"the given inputs do not suit the model: "
+                                   f"{msg['bad_inputs']}")
             elif "failed" in msg:
                 self.stage = msg["failed"]
                 return self._failed(msg["failed"]["reason"])

@@ -128,6 +128,21 @@ def test_graph_and_output_names_that_look_like_paths_stay_names(tmp_path, mixing
     assert "_.._up.npy" in files and not (nest / "up.npy").exists()
 
 
+@needs_two
+def test_inputs_the_reference_refuses_are_an_error_not_a_backend_fault(mixing_table):
+    """Token ids past the vocabulary: onnxruntime refuses them where OpenVINO would quietly
+    read past its table. The inputs are at fault, so the run ends saying so, rather than
+    blaming onnxruntime's regions and handing the Gather to OpenVINO."""
+    data = Path(__file__).parent.parent / "data" / "exported"
+    with np.load(data / "tiny_bert.npz") as arrays:
+        given = {k: arrays[k] for k in ("input_ids", "attention_mask")}
+    given["input_ids"] = given["input_ids"] + 5000
+    with pytest.raises(collage_mlir.CollageError, match="the given inputs do not suit the "
+                                                        "model: the reference backend"):
+        collage_mlir.compile(str(data / "tiny_bert.onnx"), backends=GRAPH_BACKENDS,
+                             cost=f"table:{mixing_table}", inputs=given)
+
+
 def test_sigterm_mid_partition_removes_the_scratch_folders(tmp_path):
     """`kill` / `timeout` / a cancelled CI job send SIGTERM: the command unwinds as on
     Ctrl-C (exit 143), and the weight store and scratch folders it made are gone."""
