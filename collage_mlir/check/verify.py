@@ -25,6 +25,7 @@ a short screening (`screen`), so that the rounds go to those that could win.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 
@@ -96,28 +97,35 @@ def whole_alternatives(graph: DataflowGraph, candidates: Sequence[CandidateParti
 
 
 COST_DRIFT = 1.2
-"""A whole model's cached cost this many times off its end-to-end time (either way) was
-measured in a moment unlike this one (these VMs drift up to 1.9x for seconds at a time;
-on a quiet stretch the two agree within a few percent); its row is measured again by the
-next run that needs it."""
+"""A whole model's cached cost this many times off its end-to-end time (either way), beyond
+what the other whole models show, was measured in a moment unlike this one (these VMs drift
+up to 1.9x for seconds at a time); its row is measured again by the next run that needs it.
+Every whole model's cached cost differs from the chain's timing alike by method (it is timed
+after a cache sweep: on a 1 ms model 25-60% dearer), which measuring again cannot change, so
+with two or more whole models timed it is a ratio apart from theirs that counts."""
 
 
 def drifted(verdict: Verdict, pick: Partitioning, alternatives: Sequence[Partitioning]
             ) -> list[tuple[CandidatePartition, float, float]]:
     """The whole models among the contenders (the alternatives, and the pick when it is one
-    region over the whole function) whose cached cost lies more than `COST_DRIFT` times off
-    the median the end-to-end check timed: (candidate, cached s, timed s). A whole model
-    has no hand-offs, so its cost is its kernel's, timed there as a contender."""
+    region over the whole function) whose timed / cached ratio lies more than `COST_DRIFT`
+    times off the others' (the other one's, or the median of all when there are three or
+    more; its own ratio against 1 when it is alone): (candidate, cached s, timed s). A whole
+    model has no hand-offs, so its cost is its kernel's, timed there as a contender."""
     contenders = [(f"{a.choices[0].candidate.backend} whole", a.choices[0])
                   for a in alternatives]
     if len(pick.choices) == 1 and pick.choices[0].candidate.inside == pick.graph.op_bits:
         contenders.append((PICK, pick.choices[0]))
+    timed = [(choice, verdict.timings.get(name)) for name, choice in contenders]
+    timed = [(c, t) for c, t in timed if t and math.isfinite(c.cost) and c.cost > 0]
+    ratios = [t / c.cost for c, t in timed]
     out = []
-    for name, choice in contenders:
-        timed = verdict.timings.get(name)
-        if timed and math.isfinite(choice.cost) and choice.cost > 0 and \
-                max(timed, choice.cost) > COST_DRIFT * min(timed, choice.cost):
-            out.append((choice.candidate, choice.cost, timed))
+    for k, (choice, t) in enumerate(timed):
+        others = ratios[:k] + ratios[k + 1:]
+        usual = (1.0 if not others else others[0] if len(others) == 1
+                 else statistics.median(ratios))
+        if max(ratios[k], usual) > COST_DRIFT * min(ratios[k], usual):
+            out.append((choice.candidate, choice.cost, t))
     return out
 
 
