@@ -250,15 +250,24 @@ def test_partition_and_run_take_inputs_as_one_npz(work) -> None:
 
 
 def test_partition_replaces_the_output_directory(work) -> None:  # item 12
+    """A model saved there before is replaced whole (its artifacts the new one lacks are
+    gone); a folder holding anything else (the input model, notes) is refused untouched."""
     out = work / "replace"
-    out.mkdir()
-    (out / "stale_from_before.onnx").write_text("old")
-    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+    args = ("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
             str(work / "c.sqlite"), "--no-verify", "-o", str(out))
+    assert cli(*args).returncode == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["checksums"]["stale_from_before.onnx"] = "0" * 64  # an older model's artifact
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "stale_from_before.onnx").write_text("old")
+    r = cli(*args)
     assert r.returncode == 0, r.stderr
     assert not (out / "stale_from_before.onnx").exists()
     assert (out / "manifest.json").is_file()
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".replace")]
+    (out / "notes.txt").write_text("mine")
+    one_line_error(cli(*args), "holds files that are not a saved model (notes.txt)")
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_import_of_a_directory(work) -> None:  # item 13
