@@ -160,7 +160,7 @@ def check_output_dir(path: str) -> Path:
     p = user_path(path)
     if p.exists() and not p.is_dir():
         raise CollageError(f"{path}: exists and is not a directory (give a new or existing "
-                           "directory for the partitioned model)")
+                           "directory)")
     parent = p if p.is_dir() else p.parent
     if parent.exists() and not parent.is_dir():
         raise CollageError(f"{path}: {str(parent)!r} is a file, not a folder")

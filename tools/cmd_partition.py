@@ -71,7 +71,9 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model or .mlir file")
-    p.add_argument("-o", "--output", required=True, help="directory to save the result to")
+    p.add_argument("-o", "--output", required=True,
+                   help="directory to save the result to: new, empty, or a model saved "
+                        "before (replaced whole); one holding other files is refused")
     p.add_argument("--json", metavar="FILE", default=None,
                    help="also write the report as JSON, hand-offs priced as the search priced "
                         "them (schema: collage_mlir/runtime/report.schema.json; default: not "
