@@ -143,8 +143,10 @@ def _checked_cost(cand: CandidatePartition, cost: float, unknown: str) -> float:
     if math.isnan(cost):
         if unknown == "invalid":
             return math.inf
-        raise CollageError(f"unknown cost (NaN) for {cand}; measure it, or search with "
-                           "unknown=invalid to skip unmeasured candidates")
+        raise CollageError(f"unknown cost (NaN) for {cand}: the estimator has no cost for it "
+                           "(a cost table without its backend and no default, or a "
+                           "measurement missing); collage-opt's search pass skips such "
+                           "candidates with unknown=invalid")
     if cost < 0:
         raise CollageError(f"negative cost {cost} for {cand}")
     return cost
