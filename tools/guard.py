@@ -24,7 +24,20 @@ class Terminated(BaseException):
     """SIGTERM arrived: raised where the program was, so every `finally` runs."""
 
 
+TERM_GRACE_S = 30.0
+"""After SIGTERM, seconds to unwind before the default action ends the process: a library
+that swallows the exception (a bare `except` around an import) must not keep it running."""
+_terminated = threading.Event()
+_grace: list[threading.Timer] = []
+
+
 def _terminate(signum: int, frame: object) -> None:
+    _terminated.set()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    timer = threading.Timer(TERM_GRACE_S, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.daemon = True
+    timer.start()
+    _grace.append(timer)
     raise Terminated
 
 
@@ -32,12 +45,14 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     """Run `body`; map every failure to (one stderr line, exit status)."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
+    _terminated.clear()
     try:
         return body()
     except Terminated:
-        _say(f"{prog}: terminated")
-        return 143
+        return _said_terminated(prog)
     except CollageError as e:
+        if _terminated.is_set():  # the exception was lost on the way: this is why we end
+            return _said_terminated(prog)
         _say(f"{prog}: error: {_one_line(str(e))}")
         return 1
     except KeyboardInterrupt:
@@ -47,14 +62,23 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
         _quiet_stdout()
         return 0
     except Exception as e:
+        if _terminated.is_set():
+            return _said_terminated(prog)
         if os.environ.get(DEBUG_ENV):
             raise
         _say(f"{prog}: internal error: {type(e).__name__}: {_one_line(str(e))} "
              f"(set {DEBUG_ENV}=1 for the traceback)")
         return 2
     finally:
+        while _grace:  # unwound: the caller exits now
+            _grace.pop().cancel()
         if main:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _said_terminated(prog: str) -> int:
+    _say(f"{prog}: terminated")
+    return 143
 
 
 def _one_line(text: str) -> str:

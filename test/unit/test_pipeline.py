@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,29 @@ def test_sigterm_mid_partition_removes_the_scratch_folders(tmp_path):
     err, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "terminated" in err, err
     assert not [p.name for p in scratch.iterdir() if p.name.startswith("collage-")]
+
+
+def test_a_sigterm_a_library_swallows_still_ends_the_command_as_terminated(capsys):
+    """A bare `except` around an import can eat the exception SIGTERM raises (onnxruntime's
+    import, caught as "not installed", then "no usable backend"): the command still ends
+    as terminated (143), not with the error that followed."""
+    import os
+    import signal
+
+    from collage_mlir.errors import CollageError
+    from collage_mlir.tools.guard import guarded
+
+    def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here ...
+            signal.pthread_kill(threading.main_thread().ident, 0)  # (delivered by now)
+        except BaseException:
+            pass  # ... and a library swallows it
+        raise CollageError("no usable backend")
+
+    assert guarded("prog", body) == 143
+    assert capsys.readouterr().err == "prog: terminated\n"
+    assert guarded("prog", lambda: 0) == 0  # the next command in this process is not
 
 
 @pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
