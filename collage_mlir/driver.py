@@ -70,6 +70,7 @@ from collage_mlir.tensors import (
     argument_specs,
     arrange_inputs,
     compare,
+    index_limits,
     model_inputs,
 )
 
@@ -211,7 +212,7 @@ def given_inputs(fn: ir.Operation, inputs: Inputs) -> list[np.ndarray]:
         names, specs = io_names(fn)[0], argument_specs(fn)
     except ValueError as e:
         raise CollageError(f"inputs cannot be given for this model: {e}") from None
-    return arrange_inputs(names, specs, inputs)
+    return arrange_inputs(names, specs, inputs, limits=index_limits(fn))
 
 
 # -- measure --------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.dialects.func import public_functions
+from collage_mlir.dialects.func import find_function, function_name, public_functions
 from collage_mlir.errors import CollageError
 
 INDEX_CAP = 16
@@ -153,12 +153,34 @@ def make_inputs(fn: ir.Operation, seed: int | None = None, variant: int = 0
 GATHERS = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"})
 """Ops whose operand 1 indexes operand 0 (along `axis`; the ND forms along leading axes)."""
 
-VALUE_KEEPING = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast",
-                           "Expand", "Transpose", "Slice", "Concat", "Tile", "Gather"})
+ALL_VALUES_KEEPING = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity",
+                                "Cast", "Expand", "Transpose", "Concat", "Tile"})
+"""Ops whose outputs hold every value of their (first) input and nothing computed from it."""
+
+VALUE_KEEPING = ALL_VALUES_KEEPING | {"Slice", "Gather"}
 """Ops whose outputs hold only values of their (first) input: an index stays an index."""
 
 DERIVED_BOUND = 2
 """Integer inputs that reach indices through arithmetic are below this: masks and ids."""
+
+
+class IndexLimit(NamedTuple):
+    """An integer input whose every value indexes a table: the values a model accepts are
+    -rows..rows-1 (ONNX counts negative indices from the end)."""
+
+    rows: int
+    op: str
+    """The gather, as a message names it: `Gather '/embeddings/word_embeddings/Gather'`."""
+
+
+class _Reach(NamedTuple):
+    """A gather whose indices depend on an argument, and how they depend on it."""
+
+    op: ir.Operation
+    derived: bool
+    """Through arithmetic (a mask's running sum), not only through value-keeping ops."""
+    partial: bool
+    """Through a Slice or a Gather: only some of the argument's values reach it."""
 
 
 def index_bounds(fn: ir.Operation) -> dict[int, int]:
@@ -180,41 +202,106 @@ def index_bounds(fn: ir.Operation) -> dict[int, int]:
     return out
 
 
+def index_limits(fn: ir.Operation) -> dict[int, IndexLimit]:
+    """Integer arguments of `fn` whose every value reaches a gather's indices unchanged
+    (reshaped, cast, expanded; through calls into the module's other functions, so an
+    outlined model's entry point has them too): argument position → the smallest table
+    they index. Outside its range an index is each backend's to handle (onnxruntime refuses
+    it, OpenVINO reads past the table), so user inputs are checked against these."""
+    out = {}
+    for k, arg in enumerate(fn.regions[0].blocks[0].arguments):
+        if onnx_view.NUMPY_DTYPES.get(_element(arg.type), np.dtype(np.float32)).kind not in "iu":
+            continue
+        exact = [(rows, r.op) for r in _gathers_reached(arg)
+                 if not (r.derived or r.partial) and (rows := _exact_rows(r.op)) is not None]
+        if exact:
+            rows, op = min(exact, key=lambda e: e[0])
+            out[k] = IndexLimit(rows, _op_named(op))
+    return out
+
+
+def _op_named(op: ir.Operation) -> str:
+    """`Gather '/embeddings/Gather'` by its ONNX node name; by its function when the text
+    kept no names (a saved model): `Gather in @main_graph_openvino_0`."""
+    name = onnx_view.node_name(op)
+    where = f"'{name}'" if name else f"in @{function_name(op.parent)}"
+    return f"{onnx_view.op_type(op)} {where}"
+
+
+def _element(t: ir.Type) -> str:
+    found = onnx_view.tensor_type(t)
+    return found[1] if found else ""
+
+
 def _reached_bound(arg: ir.Value) -> int | None:
-    """The smallest table `arg`'s values index, walking its uses forward (DERIVED_BOUND
-    for indices computed from it); None when no gather's indices depend on it."""
-    bound, seen, todo = None, set(), [(arg, False)]
+    """The smallest table `arg`'s values index (DERIVED_BOUND for indices computed from
+    it); None when no gather's indices depend on it."""
+    bounds = [min(_indexed_rows(r.op), DERIVED_BOUND) if r.derived else _indexed_rows(r.op)
+              for r in _gathers_reached(arg)]
+    return min(bounds, default=None)
+
+
+def _gathers_reached(arg: ir.Value) -> list[_Reach]:
+    """Every gather whose indices depend on `arg`, walking its uses forward, into the
+    functions it is passed to and out of them again at their calls."""
+    found, seen = [], set()
+    todo: list[tuple[ir.Value, bool, bool, tuple]] = [(arg, False, False, ())]
     while todo:
-        value, derived = todo.pop()
+        value, derived, partial, calls = todo.pop()
         for use in value.uses:
-            op = use.owner
+            op, n = use.owner.operation, use.operand_number
             kind = onnx_view.op_type(op)
-            if kind is None:  # the return
+            if kind in GATHERS and n == 1:
+                found.append(_Reach(op, derived, partial))
                 continue
-            if kind in GATHERS and use.operand_number == 1:
-                rows = _indexed_rows(op)
-                here = min(rows, DERIVED_BOUND) if derived else rows
-                bound = here if bound is None else min(bound, here)
-                continue
-            keeps = kind in VALUE_KEEPING and (kind == "Concat" or use.operand_number == 0)
-            for step in ((result, derived or not keeps) for result in op.results):
+            d, p = derived, partial
+            if op.name not in ("func.call", "func.return"):
+                d = derived or not (kind in VALUE_KEEPING and (kind == "Concat" or n == 0))
+                p = partial or kind in VALUE_KEEPING - ALL_VALUES_KEEPING
+            for step in ((v, d, p, c) for v, c in _next_values(op, n, calls)):
                 if step not in seen:
                     seen.add(step)
                     todo.append(step)
-    return bound
+    return found
+
+
+def _next_values(op: ir.Operation, operand: int, calls: tuple
+                 ) -> list[tuple[ir.Value, tuple]]:
+    """Where a value used as `op`'s operand `operand` goes next, with the stack of calls
+    the walk is inside: an op's results; a call's callee argument; a return's value at the
+    call it returns to (nothing at the walk's own function)."""
+    if op.name == "func.call":
+        callee = find_function(op.parent.parent,
+                               ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        return [(callee.regions[0].blocks[0].arguments[operand], (*calls, op))]
+    if op.name == "func.return":
+        return [(calls[-1].results[operand], calls[:-1])] if calls else []
+    return [(result, calls) for result in op.results]
 
 
 def _indexed_rows(op: ir.Operation) -> int:
-    """How many entries the gather `op`'s indices can address (its table's indexed dim)."""
+    """How many entries the gather `op`'s indices can address, for the input rule: its
+    table's indexed dim (the smallest dim for the ND forms; INDEX_CAP when not static)."""
     shape = onnx_view.tensor_type(op.operands[0].type)
     dims = list(shape[0]) if shape and shape[0] is not None else []
     if not dims or any(d < 0 for d in dims):
         return INDEX_CAP
     if onnx_view.op_type(op) in ("GatherND", "ScatterND"):
         return min(dims)
+    return _exact_rows(op)
+
+
+def _exact_rows(op: ir.Operation) -> int | None:
+    """The size of the axis the gather `op`'s indices address; None for the ND forms
+    (each index column has its own axis) and for a dim that is not static."""
+    shape = onnx_view.tensor_type(op.operands[0].type)
+    dims = list(shape[0]) if shape and shape[0] is not None else []
+    if onnx_view.op_type(op) in ("GatherND", "ScatterND") or not dims:
+        return None
     attr = onnx_view.attributes(op).get("axis")
     axis = int(onnx_view.attribute_value(attr)) if attr is not None else 0
-    return dims[axis % len(dims)]
+    rows = dims[axis % len(dims)]
+    return rows if rows >= 0 else None
 
 
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:
@@ -227,11 +314,13 @@ Inputs = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
 def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: Inputs,
-                   built: str = "the model takes") -> list[np.ndarray]:
+                   built: str = "the model takes",
+                   limits: Mapping[int, IndexLimit] | None = None) -> list[np.ndarray]:
     """`inputs` as the arrays a kernel takes: in order, contiguous, of the specs' shapes
     and dtypes; a CollageError naming the input when one is missing, extra, of another
-    shape, or of a dtype the cast to the spec's would change values of. `built` opens the
-    shape a message quotes ("this model was built for")."""
+    shape, of a dtype the cast to the spec's would change values of, or holds an index
+    past its table (`limits`, from `index_limits`). `built` opens the shape a message
+    quotes ("this model was built for")."""
     names = list(names)
     if isinstance(inputs, Mapping):
         missing = [n for n in names if n not in inputs]
@@ -255,7 +344,22 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
                 f"(partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
                 "for that shape)")
         out.append(np.ascontiguousarray(_exact_cast(a, spec.dtype, name)))
+    for k, limit in (limits or {}).items():
+        _check_indices(names[k], out[k], limit)
     return out
+
+
+def _check_indices(name: str, a: np.ndarray, limit: IndexLimit) -> None:
+    """A CollageError naming the first value of `a` outside -rows..rows-1, and where."""
+    if a.size == 0:
+        return
+    bad = (a < -limit.rows) | (a >= limit.rows)
+    if bad.any():
+        at = np.unravel_index(int(np.argmax(bad)), a.shape)
+        raise CollageError(
+            f"input '{name}' holds {a[at]} at {_dims(at)}, but it indexes a table of "
+            f"{limit.rows} rows ({limit.op}): its values must lie in "
+            f"{-limit.rows}..{limit.rows - 1}")
 
 
 def _dims(shape: Sequence[int]) -> str:

@@ -199,9 +199,10 @@ class PartitionedModel:
 
     def arrange(self, inputs: Inputs) -> list[np.ndarray]:
         """`inputs` as the arrays `run` passes on: in order, checked against the shapes
-        and dtypes this model was built for (`tensors.arrange_inputs`)."""
+        and dtypes this model was built for and the tables its indices address
+        (`tensors.arrange_inputs`)."""
         return arrange_inputs(self.plan.input_names, self.plan.inputs, inputs,
-                              "this model was built for")
+                              "this model was built for", self.plan.index_limits)
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run end to end: inputs by name (dict) or in order (list); outputs in order, the

@@ -22,7 +22,7 @@ from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.export.onnx_export import attr_array
 from collage_mlir.export.resources import module_resources
-from collage_mlir.tensors import TensorSpec, argument_specs
+from collage_mlir.tensors import IndexLimit, TensorSpec, argument_specs, index_limits
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class Plan:
     constants: dict[int, Constant] = field(default_factory=dict)
     """Slots filled before any step: constants outside every region, which the model returns
     as they are (torch's `zeros_like`, a returned parameter, a size the import folded)."""
+    index_limits: dict[int, IndexLimit] = field(default_factory=dict)
+    """Inputs (by position) whose values index a table inside some region (`tensors`)."""
 
 
 class Constant:
@@ -117,6 +119,7 @@ def build_plan(module: ir.Module) -> Plan:
         outputs=[slot[v] for v in ret.operands],
         slot_count=len(slot),
         constants=constants,
+        index_limits=index_limits(fn),
     )
 
 

@@ -20,7 +20,13 @@ from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraphConfig
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.rules.combinators import MAX_PER_NODE
-from collage_mlir.tensors import index_bounds, model_inputs
+from collage_mlir.tensors import (
+    argument_specs,
+    arrange_inputs,
+    index_bounds,
+    index_limits,
+    model_inputs,
+)
 from collage_mlir.tools import cli
 
 DATA = Path(__file__).parents[1] / "data" / "exported"
@@ -199,3 +205,48 @@ def test_synthesized_inputs_stay_inside_the_tables_the_model_indexes(tmp_path, n
                                  cache=tmp_path / "c.sqlite", max_depth=1, verify=False,
                                  refine_budget_s=0)
     assert not [r for r in model.rejected if "invalid" in r.reason]  # whole model checked
+
+
+@pytest.mark.parametrize("name, limited", [
+    ("tiny_bert_token_types", {"input_ids": 1000, "token_type_ids": 2}),
+    ("tiny_opt_dynamo", {"input_ids": 1000})])  # its mask reaches indices through a sum
+def test_inputs_that_index_a_table_are_checked_against_it(name: str, limited) -> None:
+    """Token ids past the vocabulary are refused before anything runs, naming the input,
+    where, and the table: onnxruntime would fail, OpenVINO reads past its table. Negative
+    ids count from the end, as ONNX says."""
+    module = collage_mlir.import_onnx(DATA / f"{name}.onnx")
+    fn = public_functions(module)[0]
+    feeds, _ = _reference(name)
+    names = list(feeds)
+    limits = index_limits(fn)
+    assert {names[k]: lim.rows for k, lim in limits.items()} == limited
+    specs = argument_specs(fn)
+    arrange_inputs(names, specs, feeds, limits=limits)  # the exporter's own inputs pass
+    ids = feeds["input_ids"].copy()
+    ids[0, 3] = -1000
+    arrange_inputs(names, specs, {**feeds, "input_ids": ids}, limits=limits)
+    for bad in (1000, -1001):
+        ids[0, 3] = bad
+        with pytest.raises(CollageError, match=rf"input 'input_ids' holds {bad} at \[0,3\], "
+                                               r"but it indexes a table of 1000 rows \(Gather "
+                                               r"'.*'\): its values must lie in -1000..999"):
+            arrange_inputs(names, specs, {**feeds, "input_ids": ids}, limits=limits)
+
+
+def test_an_index_only_partly_used_narrows_made_up_inputs_but_is_not_a_limit() -> None:
+    """ids[:, :2] index a table of 10 rows; ids[:, 2:] are never used as indices, so a user
+    may put anything there. Made-up ids stay below 10 all the same."""
+    nodes = [onnx.helper.make_node("Slice", ["ids", "starts", "ends", "axes"], ["head"]),
+             onnx.helper.make_node("Gather", ["table", "head"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("starts", [0]), ("ends", [2]), ("axes", [1]))]
+    inits.append(onnx.numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4),
+                                              "table"))
+    graph = onnx.helper.make_graph(
+        nodes, "partial", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64,
+                                                              [1, 6])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 4])], inits)
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    module = collage_mlir.import_onnx(proto)
+    fn = public_functions(module)[0]
+    assert index_bounds(fn) == {0: 10} and index_limits(fn) == {}

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import onnx
@@ -25,6 +26,7 @@ from collage_mlir.tensors import model_inputs as random_inputs
 
 GRAPH_BACKENDS = [b for b in ("onnxruntime", "openvino") if b in available_backends()]
 needs_two = pytest.mark.skipif(len(GRAPH_BACKENDS) < 2, reason="needs onnxruntime and openvino")
+EXPORTED = Path(__file__).parent.parent / "data" / "exported"
 
 
 @pytest.fixture(scope="module")
@@ -128,19 +130,56 @@ def test_graph_and_output_names_that_look_like_paths_stay_names(tmp_path, mixing
     assert "_.._up.npy" in files and not (nest / "up.npy").exists()
 
 
+def _bert_inputs_past_the_vocabulary() -> dict[str, np.ndarray]:
+    with np.load(EXPORTED / "tiny_bert.npz") as arrays:
+        given = {k: arrays[k] for k in ("input_ids", "attention_mask")}
+    given["input_ids"] = given["input_ids"] + 5000  # its vocabulary has 1000 tokens
+    return given
+
+
+@needs_two
+def test_token_ids_past_the_vocabulary_are_refused_before_and_after_saving(tmp_path):
+    """Out of range, onnxruntime refuses an index and OpenVINO reads past its table (a
+    saved model ran such ids and answered). Both when partitioning and when running the
+    saved model, where the Gather sits inside an OpenVINO region, the input is refused,
+    naming it and the table; the command line says so without a traceback."""
+    table = tmp_path / "gather_on_openvino.json"
+    table.write_text(json.dumps({
+        "per_op": {"onnxruntime": {"Gather": 9.0, "*": 1.0},
+                   "openvino": {"Gather": 1.0, "*": 2.0}},
+        "per_call": {"onnxruntime": 0.05, "openvino": 0.05},
+        "transition": {"per_call": 0.05, "per_byte": 0.0}}))
+    given = _bert_inputs_past_the_vocabulary()
+    path, cost = str(EXPORTED / "tiny_bert.onnx"), f"table:{table}"
+    with pytest.raises(collage_mlir.CollageError,
+                       match=r"input 'input_ids' holds \d+ at \[0,0\], but it indexes a table "
+                             r"of 1000 rows \(Gather '/model/embeddings/word_embeddings/"):
+        collage_mlir.compile(path, backends=GRAPH_BACKENDS, cost=cost, inputs=given)
+    saved = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cost=cost).save(tmp_path / "m")
+    model = collage_mlir.load(saved)
+    with pytest.raises(collage_mlir.CollageError,
+                       match=r"table of 1000 rows \(Gather in @\w+_openvino_\d+\): its values "
+                             r"must lie in -1000..999"):
+        model.run(given)
+    np.savez(tmp_path / "x.npz", **given)
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.cli", "run", str(saved),
+                           "--inputs", str(tmp_path / "x.npz")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "input 'input_ids' holds" in proc.stderr
+
+
 @needs_two
 def test_inputs_the_reference_refuses_are_an_error_not_a_backend_fault(mixing_table):
-    """Token ids past the vocabulary: onnxruntime refuses them where OpenVINO would quietly
-    read past its table. The inputs are at fault, so the run ends saying so, rather than
-    blaming onnxruntime's regions and handing the Gather to OpenVINO."""
-    data = Path(__file__).parent.parent / "data" / "exported"
-    with np.load(data / "tiny_bert.npz") as arrays:
-        given = {k: arrays[k] for k in ("input_ids", "attention_mask")}
-    given["input_ids"] = given["input_ids"] + 5000
-    with pytest.raises(collage_mlir.CollageError, match="the given inputs do not suit the "
-                                                        "model: the reference backend"):
-        collage_mlir.compile(str(data / "tiny_bert.onnx"), backends=GRAPH_BACKENDS,
-                             cost=f"table:{mixing_table}", inputs=given)
+    """Inputs a model cannot take that no index limit catches (here the limit is switched
+    off): the probe's reference refuses them where a backend might run them. The inputs
+    are at fault, so the run ends saying so, rather than blaming onnxruntime's regions and
+    handing the Gather to OpenVINO."""
+    with (patch("collage_mlir.driver.index_limits", lambda fn: {}),
+          pytest.raises(collage_mlir.CollageError, match="the given inputs do not suit the "
+                                                         "model: the reference backend")):
+        collage_mlir.compile(str(EXPORTED / "tiny_bert.onnx"), backends=GRAPH_BACKENDS,
+                             cost=f"table:{mixing_table}",
+                             inputs=_bert_inputs_past_the_vocabulary())
 
 
 def test_sigterm_mid_partition_removes_the_scratch_folders(tmp_path):
@@ -152,7 +191,7 @@ def test_sigterm_mid_partition_removes_the_scratch_folders(tmp_path):
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    model = Path(__file__).parent.parent / "data" / "exported" / "tiny_gpt2.onnx"
+    model = EXPORTED / "tiny_gpt2.onnx"
     proc = subprocess.Popen(
         [sys.executable, "-m", "collage_mlir.tools.cli", "partition", str(model),
          "-o", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite"),
