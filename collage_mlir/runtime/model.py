@@ -399,7 +399,20 @@ def check_save_target(directory: str | os.PathLike) -> Path:
         raise CollageError(f"{given}: folder {str(final.parent)!r} does not exist")
     if not os.access(final.parent, os.W_OK | os.X_OK):
         raise CollageError(f"{given}: not writable (folder {str(final.parent)!r})")
+    _try_making_a_folder_in(final.parent, given)
     return final
+
+
+def _try_making_a_folder_in(parent: Path, given: Path) -> None:
+    """Make and remove a folder beside the target, as `save` will: permission bits do not
+    tell everything (root passes `os.access` under /sys and on a read-only mount)."""
+    probe = parent / f".collage-write-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        probe.mkdir()
+    except OSError as e:
+        raise CollageError(f"{given}: cannot make a folder in {str(parent)!r} "
+                           f"({e.strerror or e})") from None
+    probe.rmdir()
 
 
 def _foreign_files(d: Path) -> list[str]:

@@ -270,6 +270,17 @@ def test_partition_replaces_the_output_directory(work) -> None:  # item 12
     assert (out / "notes.txt").read_text() == "mine"
 
 
+def test_partition_refuses_a_folder_it_cannot_make_before_any_work(work) -> None:
+    """/proc takes no new folders. Root passes the permission check there (and under /sys),
+    so the save used to fail after all the work; making a folder beside the target is the
+    check that tells."""
+    r = cli("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "--no-verify", "-o", "/proc/collage-out")
+    line = one_line_error(r, "/proc/collage-out: ")
+    assert ("cannot make a folder" if os.geteuid() == 0 else "not writable") in line
+    assert "estimated total" not in r.stdout
+
+
 def test_import_of_a_directory(work) -> None:  # item 13
     one_line_error(cli("import", str(work)), "is a directory")
 
