@@ -10,10 +10,14 @@ output tensors are buffers the kernel owns (no copy, no allocation per call).
 
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
+import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -262,8 +266,9 @@ class OpenVinoBackend(Backend):
         """OpenVINO's own compiled blob (`export_model`), re-imported without compiling.
 
         A model OpenVINO imported from a blob exports one that does not read back (2026.4:
-        "Unable to read the model"), so an imported kernel is saved as its blob file, or
-        compiled again when that file is gone (a probe's scratch directory)."""
+        "Unable to read the model"), so an imported kernel is saved as its blob file (kept
+        under a second name while the kernel lives: `_kept_name`), or compiled again when
+        that file is gone."""
         path, fusions = Path(stem + ".ovblob"), Path(stem + FUSED_SUFFIX)
         source = getattr(kernel, "source", None)
         if source is not None and source.is_file():
@@ -280,7 +285,34 @@ class OpenVinoBackend(Backend):
         compiled = self.core.import_model(path.read_bytes(), DEVICE, self.config())
         fused = ([tuple(g) for g in json.loads(fusions.read_text())] if fusions.is_file()
                  else None)
-        return OpenVinoKernel(compiled, source=path.resolve(), fused=fused)
+        source = _kept_name(path.resolve())
+        kernel = OpenVinoKernel(compiled, source=source, fused=fused)
+        if source != path.resolve():
+            weakref.finalize(kernel, _unlink, source)
+        return kernel
 
     def cache_options(self) -> str:
         return f"threads={self.threads},precision={self.precision}"
+
+
+_kept_count = itertools.count()
+
+
+def _kept_name(path: Path) -> Path:
+    """A second name (a hard link in the temporary folder) for the blob at `path`, so that
+    a kernel imported from it can still be saved once `path` is gone: a probe's scratch
+    folder goes once its kernels are loaded, and OpenVINO cannot export an imported model
+    in a form it reads back. `path` itself where no link can be made (another file
+    system). The caller removes the name with the kernel (`weakref.finalize`, which also
+    runs at exit)."""
+    kept = Path(tempfile.gettempdir()) / f"collage-ov-{os.getpid()}-{next(_kept_count)}.ovblob"
+    try:
+        os.link(path, kept)
+    except OSError:
+        return path
+    return kept
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()

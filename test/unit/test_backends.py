@@ -3,7 +3,10 @@ CUDA variant as far as a machine without a GPU can check it."""
 
 from __future__ import annotations
 
+import gc
+import shutil
 import sys
+from unittest.mock import patch
 
 import numpy as np
 import onnx.parser
@@ -560,6 +563,29 @@ def test_openvino_names_what_it_fused_and_a_saved_kernel_keeps_it(tmp_path):
     loaded = backend.load_kernel(module, str(tmp_path / "f"))
     assert sorted(loaded.fused()) == sorted(kernel.fused())
     assert loaded.source is not None  # it was imported, not compiled again
+
+
+def test_an_imported_openvino_kernel_saves_after_its_blob_is_gone(tmp_path):
+    """A probe's scratch folder, which held the blob the final model's kernel was imported
+    from, is removed once the kernel is loaded. Saving the model then copies the blob
+    (kept under a second name while the kernel lives) rather than compiling the region
+    again; the second name goes with the kernel."""
+    backend = _backend("openvino")
+    graph = _graph(FUSIBLE)
+    module = SubGraph(graph, graph.op_bits).extract("f")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    backend.save_kernel(backend.compile(module), module, str(scratch / "f"))
+    blob = (scratch / "f.ovblob").read_bytes()
+    loaded = backend.load_kernel(module, str(scratch / "f"))
+    kept = loaded.source
+    shutil.rmtree(scratch)
+    with patch.object(type(backend), "compile", side_effect=AssertionError("compiled")):
+        backend.save_kernel(loaded, module, str(tmp_path / "saved"))
+    assert (tmp_path / "saved.ovblob").read_bytes() == blob
+    del loaded
+    gc.collect()
+    assert not kept.exists()
 
 
 def test_exported_names_map_back_to_the_nodes_they_export():
