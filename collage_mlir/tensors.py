@@ -356,8 +356,9 @@ def _check_indices(name: str, a: np.ndarray, limit: IndexLimit) -> None:
     bad = (a < -limit.rows) | (a >= limit.rows)
     if bad.any():
         at = np.unravel_index(int(np.argmax(bad)), a.shape)
+        where = f" at {_dims(at)}" if a.ndim else ""
         raise CollageError(
-            f"input '{name}' holds {a[at]} at {_dims(at)}, but it indexes a table of "
+            f"input '{name}' holds {a[at]}{where}, but it indexes a table of "
             f"{limit.rows} rows ({limit.op}): its values must lie in "
             f"{-limit.rows}..{limit.rows - 1}")
 
