@@ -343,7 +343,7 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
                 f"input '{name}' has shape {_dims(a.shape)}; {built} {_dims(spec.shape)} "
                 f"(partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
                 "for that shape)")
-        out.append(np.ascontiguousarray(_exact_cast(a, spec.dtype, name)))
+        out.append(np.asarray(_exact_cast(a, spec.dtype, name), order="C"))
     for k, limit in (limits or {}).items():
         _check_indices(names[k], out[k], limit)
     return out

@@ -323,7 +323,7 @@ class IreeKernel(Kernel):
         and the process's CUDA context is lost)."""
         import iree.runtime as rt
 
-        x = np.ascontiguousarray(x)
+        x = np.asarray(x, order="C")  # ascontiguousarray would make a 0-d array 1-d
         slot = self._staging.get(k)
         if slot is None or slot[1].shape != x.shape or slot[1].dtype != x.dtype:
             element = rt.array_interop.map_dtype_to_element_type(x.dtype)

@@ -154,7 +154,7 @@ class OrtKernel(Kernel):
         return [o if o is not None else f for o, f in zip(self._owned, fresh, strict=True)]
 
     def _bind(self, k: int, x: np.ndarray) -> None:
-        x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.ascontiguousarray(x)
+        x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.asarray(x, order="C")
         self._binding.bind_cpu_input(self.input_names[k], x)
         self._refs[k] = x
 

@@ -131,7 +131,7 @@ class OpenVinoKernel(Kernel):
         for k, x in enumerate(inputs):
             if x is not self._refs[k]:
                 x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else \
-                    np.ascontiguousarray(x)
+                    np.asarray(x, order="C")
                 request.set_input_tensor(k, self._tensor(x, shared_memory=True))
                 self._refs[k] = x
         request.infer()

@@ -250,6 +250,27 @@ def test_three_backends_on_squeezenet(mixing_table):
     check_against_onnxruntime(model, path)
 
 
+@pytest.mark.parametrize("backend", available_backends())
+def test_a_scalar_input_and_output_stay_scalars_on_every_backend(tmp_path, backend,
+                                                                  mixing_table):
+    """A rank-0 input and output: `np.ascontiguousarray` made a 0-d array 1-d, so every
+    backend's kernel failed the final compile ("output 0 is float32[1], declared
+    float32[]") and no backend could run the model."""
+    if backend == "iree-cuda":
+        pytest.skip("a GPU backend")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["a"], ["y"])], "scalar",
+        [onnx.helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [])])
+    path = tmp_path / "scalar.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              path)
+    model = collage_mlir.compile(path, backends=[backend], cost=f"table:{mixing_table}")
+    for x in (-2.0, 3.0):
+        (y,) = model.run({"a": np.array(x, np.float32)})
+        assert y.shape == () and y == max(x, 0.0)
+
+
 def test_single_backend_is_one_region(mixing_table):
     path = light_model_path("squeezenet")
     model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
