@@ -26,6 +26,7 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
+from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.export import export_function, export_graph, node_name
 from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.bits import iter_bits
@@ -97,6 +98,17 @@ def runtime_origins(compiled: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _arguments_read(compiled: Any, arg_names: Sequence[str] | None
+                    ) -> tuple[int, list[int]]:
+    """How many arrays a call takes, and which of them each compiled input reads (by name:
+    OpenVINO keeps an input's ONNX name and drops inputs nothing reads)."""
+    n = len(compiled.inputs)
+    if arg_names is None or len(arg_names) == n:
+        return n, list(range(n))
+    position = {name: k for k, name in enumerate(arg_names)}
+    return len(arg_names), [position[i.get_any_name()] for i in compiled.inputs]
+
+
 class OpenVinoKernel(Kernel):
     """One compiled model and a reused InferRequest.
 
@@ -104,11 +116,14 @@ class OpenVinoKernel(Kernel):
     different array object is passed. Outputs of static shape are written into buffers the
     kernel owns, set once as the request's output tensors (`run_borrowed` returns them,
     `run` a copy); others are copied out of OpenVINO's own tensors. `source` is the blob
-    file the model was imported from, if it was.
+    file the model was imported from, if it was. OpenVINO drops an input the model never
+    reads; given the function's `arg_names`, the kernel still takes one array per argument
+    and passes on those it reads.
     """
 
     def __init__(self, compiled: Any, source: Path | None = None,
-                 fused: list[tuple[str, ...]] | None = None) -> None:
+                 fused: list[tuple[str, ...]] | None = None,
+                 arg_names: Sequence[str] | None = None) -> None:
         import openvino as ov
 
         self._tensor = ov.Tensor
@@ -117,6 +132,7 @@ class OpenVinoKernel(Kernel):
         self._fused = fused
         self.request = compiled.create_infer_request()
         self._refs: list[np.ndarray | None] = [None] * len(compiled.inputs)
+        self._n_args, self._reads = _arguments_read(compiled, arg_names)
         self._n_out = len(compiled.outputs)
         self._static = [o.get_partial_shape().is_static for o in compiled.outputs]
         self._owned: list[np.ndarray | None] | None = None
@@ -125,10 +141,11 @@ class OpenVinoKernel(Kernel):
         return [np.array(o, copy=True) for o in self.run_borrowed(inputs)]
 
     def run_borrowed(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        if len(inputs) != len(self._refs):
-            raise ValueError(f"expected {len(self._refs)} inputs, got {len(inputs)}")
+        if len(inputs) != self._n_args:
+            raise ValueError(f"expected {self._n_args} inputs, got {len(inputs)}")
         request = self.request
-        for k, x in enumerate(inputs):
+        for k, a in enumerate(self._reads):
+            x = inputs[a]
             if x is not self._refs[k]:
                 x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else \
                     np.asarray(x, order="C")
@@ -260,7 +277,8 @@ class OpenVinoBackend(Backend):
     def compile(self, module: ir.Module) -> Kernel:
         with model_source(export_function(module, external=True), store_of(module)) as source:
             model = read_onnx(self.core, source)
-            return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()))
+            return OpenVinoKernel(self.core.compile_model(model, DEVICE, self.config()),
+                                  arg_names=_arg_names(module))
 
     def save_kernel(self, kernel: Kernel, module: ir.Module, stem: str) -> list[str]:
         """OpenVINO's own compiled blob (`export_model`), re-imported without compiling.
@@ -286,13 +304,19 @@ class OpenVinoBackend(Backend):
         fused = ([tuple(g) for g in json.loads(fusions.read_text())] if fusions.is_file()
                  else None)
         source = _kept_name(path.resolve())
-        kernel = OpenVinoKernel(compiled, source=source, fused=fused)
+        kernel = OpenVinoKernel(compiled, source=source, fused=fused,
+                                arg_names=_arg_names(module))
         if source != path.resolve():
             weakref.finalize(kernel, _unlink, source)
         return kernel
 
     def cache_options(self) -> str:
         return f"threads={self.threads},precision={self.precision}"
+
+
+def _arg_names(module: ir.Module) -> list[str]:
+    """The input names the export gives the module's function (`export_function`)."""
+    return io_names(find_function(module))[0]
 
 
 _kept_count = itertools.count()

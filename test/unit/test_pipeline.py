@@ -271,6 +271,34 @@ def test_a_scalar_input_and_output_stay_scalars_on_every_backend(tmp_path, backe
         assert y.shape == () and y == max(x, 0.0)
 
 
+@needs_two
+def test_an_input_nothing_reads_leaves_every_check_on(tmp_path, capsys, mixing_table):
+    """OpenVINO drops an input the model never reads, and the reference was compiled from
+    the ops alone: both were fed every model input ("expected 1 inputs, got 2"), so the
+    final compile checked no outputs and the end-to-end check left OpenVINO's whole model
+    out, while the run still ended rc 0."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["a"], ["r"])], "unused",
+        [onnx.helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 3]),
+         onnx.helper.make_tensor_value_info("u", onnx.TensorProto.FLOAT, [4])],
+        [onnx.helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "unused.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              path)
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cost=f"table:{mixing_table}",
+                                 verify=True)
+    said = capsys.readouterr().err
+    assert "cannot run the whole model" not in said and "left out" not in said, said
+    assert "openvino whole" in model.verdict.timings, model.verdict.summary()
+    a = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    u = np.full(4, np.nan, np.float32)
+    np.testing.assert_array_equal(model.run({"a": a, "u": u})[0], np.maximum(a, 0))
+    module = collage_mlir.import_onnx(path)
+    for backend in GRAPH_BACKENDS:
+        np.testing.assert_array_equal(whole_model_runner(module, backend)([a, u])[0],
+                                      np.maximum(a, 0))
+
+
 def test_single_backend_is_one_region(mixing_table):
     path = light_model_path("squeezenet")
     model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
