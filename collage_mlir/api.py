@@ -72,6 +72,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     inputs, and the end-to-end check and refinement time on them (default: made-up inputs
     only). The report lists the candidates left out, per backend and reason.
     """
+    if isinstance(backends, str):  # "onnxruntime,openvino", as the command line takes them
+        backends = [b.strip() for b in backends.split(",") if b.strip()]
     options = PartitionOptions(
         backends=backends, cache=cache,
         max_depth=DEFAULT_MAX_DEPTH if max_depth is None else max_depth,

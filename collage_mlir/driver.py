@@ -9,6 +9,7 @@ back into a later one.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
 import sys
@@ -129,6 +130,32 @@ class PartitionOptions:
     """The model's inputs (by name or in order): the final compile checks the pick on them
     before the made-up ones, and the end-to-end check and refinement time on them (None:
     made-up inputs only, `tensors.make_inputs`)."""
+
+    def __post_init__(self) -> None:
+        """Refuse, before any work, what the command line's flags would refuse."""
+        if isinstance(self.backends, str):
+            raise CollageError(f"backends: give a list of names, not the string "
+                               f"{self.backends!r}")
+        for name in ("max_depth", "max_exits"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise CollageError(f"{name} must be a positive integer, got {value!r}")
+        for name, zero in (("timeout_s", False), ("verify_budget_s", False),
+                           ("kernel_budget_s", False), ("measure_budget_s", False),
+                           ("refine_budget_s", True)):
+            value = getattr(self, name)
+            if value is None and name != "timeout_s":
+                continue
+            if not _seconds(value, zero):
+                what = "0 or a positive" if zero else "a positive"
+                raise CollageError(f"{name} must be {what} number of seconds, got {value!r}")
+
+
+def _seconds(value: object, zero: bool) -> bool:
+    """Whether `value` is a finite number of seconds above 0 (or 0 itself, if `zero`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return (0 <= value if zero else 0 < value) and math.isfinite(value)
 
 
 # -- import ---------------------------------------------------------------------------------

@@ -299,6 +299,29 @@ def test_an_input_nothing_reads_leaves_every_check_on(tmp_path, capsys, mixing_t
                                       np.maximum(a, 0))
 
 
+@pytest.mark.parametrize("keyword, value, said", [
+    ("verify_budget_s", float("nan"), "verify_budget_s must be a positive number"),
+    ("verify_budget_s", -1, "verify_budget_s must be a positive number"),
+    ("refine_budget_s", -5, "refine_budget_s must be 0 or a positive number"),
+    ("refine_budget_s", float("inf"), "refine_budget_s must be 0 or a positive number"),
+    ("measure_budget_s", 0, "measure_budget_s must be a positive number"),
+    ("timeout_s", "10", "timeout_s must be a positive number"),
+    ("max_depth", 0, "max_depth must be a positive integer")])
+def test_python_keywords_are_checked_as_the_flags_are(keyword, value, said):
+    """The command line refuses these values; the API took them, and `verify_budget_s=nan`
+    ended a whole partition with a bare ValueError. Now each is refused before any work
+    (the model path does not even exist)."""
+    with pytest.raises(collage_mlir.CollageError, match=said):
+        collage_mlir.compile("/no/such/model.onnx", **{keyword: value})
+
+
+def test_backends_may_be_given_as_the_command_line_spells_them(mixing_table):
+    """`backends="onnxruntime"` was read letter by letter ("unknown backend 'o'")."""
+    model = collage_mlir.compile(light_model_path("squeezenet"), backends="onnxruntime",
+                                 cost=f"table:{mixing_table}")
+    assert {s.backend for s in model.plan.steps} == {"onnxruntime"}
+
+
 def test_single_backend_is_one_region(mixing_table):
     path = light_model_path("squeezenet")
     model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
