@@ -198,9 +198,20 @@ class SqliteCache(CacheStore):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; WAL-safe
         with self._write():
+            self._refuse_other_databases()
             self._bring_schema_up()
         conn.execute("SELECT count(*) FROM measurements").fetchone()
         return conn
+
+    def _refuse_other_databases(self) -> None:
+        """An SQLite file that holds tables, none of them a cache's, is some application's
+        database: the schema is not written into it."""
+        tables = {name for (name,) in self._rows(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if tables and not tables & {"meta", "measurements"}:
+            shown = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+            raise CollageError(f"{self.path}: an SQLite database of something else (tables: "
+                               f"{shown}), not a measurement cache; pass another --cache")
 
     def close(self) -> None:
         self._conn.close()

@@ -66,6 +66,19 @@ def test_corrupt_cache(work) -> None:  # item 1
     one_line_error(cli("cache", "stats", "--cache", str(bad)), str(bad))
 
 
+def test_an_application_database_is_not_made_a_cache(work) -> None:
+    """`--cache app.sqlite` holding some application's tables: measuring used to write the
+    cache's five tables into it, rc 0."""
+    app = work / "app.sqlite"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    r = cli("measure", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache", str(app))
+    one_line_error(r, str(app), "an SQLite database of something else (tables: users)")
+    with sqlite3.connect(app) as conn:
+        tables = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert tables == ["users"]
+
+
 def test_read_only_cache_is_refused_for_measuring_and_read_for_stats(work) -> None:  # item 1
     ro = work / "ro" / "c.sqlite"
     ro.parent.mkdir()
