@@ -141,10 +141,26 @@ def _load_npy(path: str) -> np.ndarray:
     return value
 
 
-def check_output_file(path: str) -> Path:
+STDOUT = "-"
+"""An output file spelled so (`--json -`) is standard output."""
+
+
+def check_output_file(path: str, replaced: Path | None = None) -> Path:
     """Refuse, before any work, an output file that cannot be written: its folder is
-    missing or read-only, or the path is a directory."""
+    missing or read-only, the path is a directory, or it lies inside a saved model (whose
+    files the manifest checksums) or inside `replaced` (the folder the command's save
+    replaces whole). `STDOUT` passes."""
     p = user_path(path)
+    if path == STDOUT:
+        return p
+    where = p.resolve()
+    if replaced is not None and (where == replaced or replaced in where.parents):
+        raise CollageError(f"{path}: inside {str(replaced)!r}, the folder the model is saved "
+                           "to (saving replaces it): write the file elsewhere")
+    held = _saved_model_holding(where)
+    if held is not None:
+        raise CollageError(f"{path}: inside the saved model {str(held)!r} (writing there "
+                           "breaks its checksums): write the file elsewhere")
     if p.is_dir():
         raise CollageError(f"{path}: is a directory (give a file name)")
     if not p.parent.is_dir():
@@ -152,6 +168,13 @@ def check_output_file(path: str) -> Path:
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise CollageError(f"{path}: not writable")
     return p
+
+
+def _saved_model_holding(path: Path) -> Path | None:
+    """The saved model folder (`collage-mlir partition -o`) `path` lies in, if any."""
+    from collage_mlir.runtime.model import is_saved_model
+
+    return next((d for d in path.parents if is_saved_model(d)), None)
 
 
 def check_output_dir(path: str) -> Path:

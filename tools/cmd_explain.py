@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
+from collage_mlir.tools.args import check_output_file
 from collage_mlir.tools.cmd_partition import add_common_arguments, compile_from_args
 from collage_mlir.tools.report_out import (
     Price,
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.profile < 0:
         raise CollageError(f"--profile {args.profile}: must be 0 or more runs")
+    for path in (args.output, args.json):
+        if path:
+            check_output_file(path)
     data = report_for(args)
     t0 = time.perf_counter()
     out = write_explain(data, args.output, None if args.layout == "auto" else args.layout)

@@ -107,9 +107,9 @@ def compile_from_args(model: str, args: argparse.Namespace,
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.runtime.model import check_save_target
 
-    check_save_target(args.output)  # before any work, as the JSON report's file
+    target = check_save_target(args.output)  # before any work, as the JSON report's file
     if args.json:
-        check_output_file(args.json)
+        check_output_file(args.json, replaced=target)
     model = compile_from_args(args.model, args)
     print(model.report())
     out = model.save(args.output)

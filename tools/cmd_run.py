@@ -12,6 +12,7 @@ import numpy as np
 from collage_mlir.tools.args import (
     add_inputs_argument,
     check_output_dir,
+    check_output_file,
     load_inputs,
     positive_int,
 )
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.save_outputs:
         check_output_dir(args.save_outputs)
+    if args.json:
+        check_output_file(args.json)
     model = load(args.model_dir)
     inputs = (load_inputs(args.inputs) if args.inputs
               else model_inputs(model.module))

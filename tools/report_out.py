@@ -77,7 +77,11 @@ def unpriced(data: dict) -> None:
 def write_json(data: dict, path: str) -> None:
     """Write report `data` as JSON to `path` (one-line error when it cannot)."""
     from collage_mlir.paths import user_path
+    from collage_mlir.tools.args import STDOUT
 
+    if path == STDOUT:
+        print(json.dumps(data, indent=1))
+        return
     out = user_path(path)
     try:
         out.write_text(json.dumps(data, indent=1))

@@ -419,14 +419,24 @@ def _foreign_files(d: Path) -> list[str]:
     """Entries of `d` that a saved model there does not list (all of them when `d` holds
     no readable manifest of this format), sorted."""
     names = sorted(p.name for p in d.iterdir())
-    try:
-        manifest = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return names
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    manifest = _manifest_of(d)
+    if manifest is None:
         return names
     known = set(manifest.get("checksums") or {}) | {"manifest.json"}
     return [n for n in names if n not in known]
+
+
+def is_saved_model(d: Path) -> bool:
+    """Whether folder `d` holds a model `save` wrote (a readable manifest of this format)."""
+    return _manifest_of(d) is not None
+
+
+def _manifest_of(d: Path) -> dict | None:
+    try:
+        manifest = json.loads((d / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
 def _replace_dir(staged: Path, out: Path) -> None:

@@ -294,6 +294,28 @@ def test_partition_refuses_a_folder_it_cannot_make_before_any_work(work) -> None
     assert "estimated total" not in r.stdout
 
 
+def test_reports_are_not_written_into_a_saved_model_and_dash_is_stdout(work) -> None:
+    """A report written into a saved model's folder broke it (a replaced manifest.json:
+    "unknown format None"; an extra file: the next `-o` there refused), rc 0. `--json -`
+    made a file named "-"."""
+    part = ("partition", str(work / "m.onnx"), "--backends", "onnxruntime", "--cache",
+            str(work / "c.sqlite"), "--no-verify")
+    one_line_error(cli(*part, "-o", str(work / "j"), "--json", str(work / "j" / "r.json")),
+                   "the folder the model is saved to")
+    assert not (work / "j").exists()
+    saved = work / "out"
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    one_line_error(cli("run", str(saved), "--json", str(saved / "manifest.json")),
+                   "inside the saved model")
+    one_line_error(cli("explain", str(saved), "-o", str(saved / "model.mlir")),
+                   "inside the saved model")
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    r = cli("run", str(saved), "--json", "-", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout[r.stdout.index("{"):])["regions"]
+    assert not (work / "-").exists()
+
+
 def test_import_of_a_directory(work) -> None:  # item 13
     one_line_error(cli("import", str(work)), "is a directory")
 
