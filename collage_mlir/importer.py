@@ -85,6 +85,19 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
         raise CollageError(f"{label}: malformed model: {first}") from None
 
 
+def refuse_subgraphs(proto: onnx.ModelProto, label: str) -> None:
+    """Refuse control flow (If, Loop, Scan): its branches read values of the graph around
+    them that the dataflow graph does not see as operands, and regions cannot carry them to
+    a backend, so no backend could run the model (its first such node is named)."""
+    graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    for node in proto.graph.node:
+        if any(a.type in graphs for a in node.attribute):
+            raise CollageError(
+                f"{label}: node '{node.name or node.output[0]}' ({node.op_type}) holds "
+                "subgraphs (control flow), which collage_mlir cannot partition yet; export "
+                "the model without it (trace one branch) or run it on one backend")
+
+
 MIN_OPSET = 17
 """Older models are upgraded to this opset on import: IREE's ONNX input conversion only knows
 the modern forms of many ops (opset-9 MaxPool, BatchNormalization, Add ... are refused),
@@ -127,6 +140,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     respell(proto)
     proto = make_static(proto, label, input_shapes)
     canonicalize(proto)
+    refuse_subgraphs(proto, label)
     context = context or make_context()
     try:
         with warnings.catch_warnings():

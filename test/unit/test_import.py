@@ -45,6 +45,25 @@ def test_unsupported_op_names_node_and_op():
         collage_mlir.import_onnx(_bad_op_model())
 
 
+def test_control_flow_is_refused_naming_the_node():
+    """An If whose branches read the model's input: its subgraphs were dropped on export,
+    so every backend failed ("Required attribute 'else_branch' is missing") and the run
+    ended "no backend can run If". Now the import says why, naming the node."""
+    value = oh.make_tensor_value_info
+    then = oh.make_graph([oh.make_node("Relu", ["a"], ["t"])], "then", [],
+                         [value("t", onnx.TensorProto.FLOAT, [2])])
+    other = oh.make_graph([oh.make_node("Neg", ["a"], ["e"])], "else", [],
+                          [value("e", onnx.TensorProto.FLOAT, [2])])
+    graph = oh.make_graph(
+        [oh.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
+        "g", [value("a", onnx.TensorProto.FLOAT, [2]), value("c", onnx.TensorProto.BOOL, [])],
+        [value("y", onnx.TensorProto.FLOAT, [2])])
+    proto = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(CollageError, match=r"node 'branch' \(If\) holds subgraphs \(control "
+                                           r"flow\)"):
+        collage_mlir.import_onnx(proto)
+
+
 def test_malformed_model_names_file(tmp_path):
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"this is not a protobuf")
