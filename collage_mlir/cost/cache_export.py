@@ -135,6 +135,12 @@ def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:
     if "status" in row and row["status"] not in STATUSES:
         raise CollageError(f"{where}: {table} row: status {row['status']!r} is not one of "
                            f"{', '.join(STATUSES)}")
+    if row.get("status") == "ok":
+        for column in _MEASURED[table]:
+            v = row[column]
+            if not (_number(v) and math.isfinite(v) and v >= 0):
+                raise CollageError(f"{where}: {table} row: status ok with {column} = {v!r} "
+                                   "(a measured time is a finite number of seconds, ≥ 0)")
     if table == "capabilities":
         try:
             int(row["bits"], 16)
@@ -143,6 +149,10 @@ def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:
                                "hexadecimal") from None
     return row
 
+
+_MEASURED = {"measurements": ("median", "p90"), "transitions": ("per_call", "per_byte"),
+             "capabilities": ()}
+"""The columns an `ok` row must hold a time in."""
 
 _KIND_NAMES = {_TEXT: "a string", _REAL: "a number", _MAYBE_REAL: "a number or null",
                _INT: "an integer", _BOOL: "true or false",

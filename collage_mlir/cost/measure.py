@@ -585,6 +585,8 @@ class MeasuringEstimator(CostEstimator):
         if m.status == ERROR or m.stale or (m.status == INVALID
                                             and m.error.startswith(NAN_TAKEN_FOR_WRONG)):
             return False
+        if m.status == OK and not (m.median is not None and 0 <= m.median < math.inf):
+            return False  # a row edited by hand or by another tool: measured again
         if m.status == TIMEOUT:
             return not TIMEOUT_RETRY.due(m.timeout_s, m.attempts, m.created, self.timeout_s)
         if m.status == OK and CUT_SHORT in m.error:

@@ -569,6 +569,22 @@ def test_rows_the_old_comparison_refused_for_matching_nans_are_measured_again(tm
         assert est.cache.get_many([old.key])[old.key].status == OK
 
 
+@pytest.mark.parametrize("median", [-1.0, math.nan, None, math.inf])
+def test_an_ok_row_without_a_usable_time_is_measured_again(tmp_path, graph, median):
+    """A row edited outside collage (by hand, another tool, an old import) with status ok
+    and a median of -1 stopped the search ("negative cost -1.0 for Candidate(...)", naming
+    neither cache nor row); a NaN or missing one silently dropped the candidate."""
+    from collage_mlir.cost.cache import OK, Measurement
+
+    with estimator(tmp_path, [NUMPY]) as est:
+        (cand,) = single_op(graph, "numpy_test")[:1]
+        est.cache.put(Measurement(key=est.key(cand), region="r", backend="numpy_test",
+                                  version="1", options="", host="h", signature="Relu",
+                                  status=OK, median=median, p90=median, runs=5))
+        (cost,) = est.estimate([cand])
+        assert 0 < cost < math.inf and est.stats.measured == 1
+
+
 def test_rows_measured_without_a_reference_are_checked_by_a_run_that_has_one(tmp_path, graph):
     """`measure --reference none` leaves rows unchecked, a wrong kernel's too; a later run
     that checks numbers must not take them as checked: it measures them again and catches
