@@ -16,6 +16,7 @@ cost seconds and memory.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -110,7 +111,7 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None,
     for name, value in inputs.items():
         declared = _dims(value)
         if name in shapes:
-            given = list(shapes[name])
+            given = _given_dims(name, shapes[name])
             if declared is not None and (
                     len(declared) != len(given)
                     or any(isinstance(d, int) and d != g for d, g in zip(declared, given, strict=False))):
@@ -124,6 +125,19 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None,
                 f"give it a static one with --input-shape {name}={example} "
                 f"(input_shapes={{'{name}': ...}} in the API)")
     return proto
+
+
+def _given_dims(name: str, dims: Sequence[int] | str) -> list[int]:
+    """An input's given dims: integers ≥ 0, or a string as `--input-shape` spells them
+    ("1x3x224x224")."""
+    if isinstance(dims, str):
+        return list(parse_shape(dims))
+    given = list(dims)
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 0
+               for d in given):
+        raise CollageError(f"input shape of '{name}': {given!r}: expected integers ≥ 0, "
+                           "e.g. (1, 3, 224, 224) or '1x3x224x224'")
+    return [int(d) for d in given]
 
 
 def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:

@@ -79,14 +79,17 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.file)
     writes = args.action in ("clear", "remeasure", "import")
     with open_cache(location, readonly=not writes) as cache:
+        if args.backend and args.action in ("list", "clear", "remeasure"):
+            _check_backend(cache, args.backend)
         if args.action == "stats":
             _stats(cache)
         elif args.action == "list":
             _list(cache, args.backend)
         elif args.action == "remeasure":
+            target = _remeasure_target(args) if args.model else None  # before marking
             marked = _remeasure_noisy(cache, args.backend, args.max_spread, args.max_load)
-            if args.model:
-                _remeasure_model(args, location, marked)
+            if target is not None:
+                _remeasure_model(args, location, marked, *target)
         elif args.action == "export":
             _export(cache, args.file)
         elif args.action == "import":
@@ -96,6 +99,17 @@ def run(args: argparse.Namespace) -> int:
             which = f" of {args.backend}" if args.backend else ""
             sys.stdout.write(f"cleared {n} measurements{which} from {cache.location}\n")
     return 0
+
+
+def _check_backend(cache, backend: str) -> None:
+    """Refuse a `--backend` that names neither a backend the cache holds rows of nor one
+    installed here (a typo listed, cleared and marked nothing, rc 0)."""
+    from collage_mlir.backends.registry import registered_backends
+
+    held = sorted(cache.stats()["backends"])
+    if backend not in held and backend not in registered_backends():
+        raise CollageError(f"--backend {backend}: this cache holds no measurements of it "
+                           f"(it holds: {', '.join(held) or 'none'})")
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -188,17 +202,27 @@ def _remeasure_noisy(cache, backend: str | None, max_spread: float,
     return {m.key for m in cache.measurements(backend) if m.stale}
 
 
-def _remeasure_model(args: argparse.Namespace, location, marked: set[str]) -> None:
+def _remeasure_target(args: argparse.Namespace) -> tuple:
+    """The model and the usable backends `remeasure --model` measures (a bad path or
+    backend name is an error before anything is marked)."""
+    from collage_mlir import driver
+    from collage_mlir.tools.args import backend_names, input_shapes
+
+    module = driver.load(args.model, input_shapes(args))
+    names = driver.usable_backends(backend_names(args),
+                                   say=lambda m: sys.stderr.write(m + "\n"))
+    return module, names
+
+
+def _remeasure_model(args: argparse.Namespace, location, marked: set[str], module,
+                     names: list[str]) -> None:
     """Measure now the marked entries among the model's candidates (as `partition` makes
     them); entries of other models stay marked."""
     from collage_mlir import driver
     from collage_mlir.graph import SubGraphConfig
-    from collage_mlir.tools.args import backend_names, input_shapes, tolerance_of
+    from collage_mlir.tools.args import tolerance_of
 
-    module = driver.load(args.model, input_shapes(args))
     graph = driver.entry_graph(module)
-    names = driver.usable_backends(backend_names(args),
-                                   say=lambda m: sys.stderr.write(m + "\n"))
     config = SubGraphConfig(max_exits=driver.DEFAULT_MAX_EXITS, allow_taps=False,
                             max_depth=args.max_depth)
     candidates = driver.annotate(graph, names, config)

@@ -79,6 +79,22 @@ def test_an_application_database_is_not_made_a_cache(work) -> None:
     assert tables == ["users"]
 
 
+def test_cache_commands_refuse_a_misspelled_backend_and_mark_nothing_first(work) -> None:
+    """`--backend onnxrutime` listed, cleared and marked nothing, rc 0; `remeasure --noisy
+    --model missing.onnx` marked the noisy rows and only then failed on the path."""
+    cache = str(work / "c.sqlite")
+    for action in ("list", "clear", "remeasure"):
+        extra = ("--noisy",) if action == "remeasure" else ()
+        one_line_error(cli("cache", action, "--backend", "onnxrutime", *extra, "--cache",
+                           cache), "--backend onnxrutime", "it holds: onnxruntime")
+    r = cli("cache", "clear", "--backend", "openvino", "--cache", cache)  # installed, no rows
+    assert r.returncode == 0 and "cleared 0" in r.stdout
+    one_line_error(cli("cache", "remeasure", "--noisy", "--max-spread", "0.001", "--model",
+                       str(work / "missing.onnx"), "--cache", cache), "missing.onnx")
+    with sqlite3.connect(cache) as conn:
+        assert conn.execute("SELECT count(*) FROM measurements WHERE stale").fetchone()[0] == 0
+
+
 def test_read_only_cache_is_refused_for_measuring_and_read_for_stats(work) -> None:  # item 1
     ro = work / "ro" / "c.sqlite"
     ro.parent.mkdir()

@@ -74,6 +74,19 @@ def test_dynamic_batch_needs_a_shape_and_takes_one(capsys, name: str) -> None:
     assert _relative(got[1:], want) < 1e-4
 
 
+def test_input_shapes_in_python_take_the_command_lines_spelling_or_integers() -> None:
+    """`input_shapes={"input_ids": "2x16"}` was read letter by letter ("--input-shape gives
+    [2,x,1,6]"); a list of other things is named as what is wrong."""
+    path = DATA / "tiny_bert_dynbatch.onnx"
+    module = collage_mlir.import_onnx(path, input_shapes={"input_ids": "2x16",
+                                                          "attention_mask": [2, 16]})
+    assert [s.shape for s in argument_specs(public_functions(module)[0])] == [(2, 16)] * 2
+    with pytest.raises(CollageError, match=r"input shape of 'input_ids': \[2.0, 16\]: "
+                                           r"expected integers"):
+        collage_mlir.import_onnx(path, input_shapes={"input_ids": [2.0, 16],
+                                                     "attention_mask": [2, 16]})
+
+
 @pytest.mark.slow
 def test_exported_transformer_partitions_on_three_backends(tmp_path) -> None:
     model = collage_mlir.compile(DATA / "tiny_bert.onnx",
