@@ -121,6 +121,9 @@ def run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO) -> int:
             pipeline.run(module)
         result = str(module)
     else:
+        if input_shapes(args):
+            raise CollageError(f"{args.input}: --input-shape applies to an .onnx model; MLIR "
+                               "input is static already")
         label = "<stdin>" if args.input == "-" else args.input
         text = _read_input(args.input, stdin)
         if args.split_input_file:

@@ -16,6 +16,14 @@ from collage_mlir.graph import DataflowGraph
 from collage_mlir.importer import MIN_OPSET, upgrade_opset
 
 
+def _relu_model() -> onnx.ModelProto:
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "g",
+                          [value("x", onnx.TensorProto.FLOAT, [1, 3])],
+                          [value("y", onnx.TensorProto.FLOAT, [1, 3])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
 def test_light_model_imports(light_model):
     module = collage_mlir.import_onnx(light_model)
     assert module.operation.verify()
@@ -103,6 +111,17 @@ def test_collage_opt_refuses_binary_stdin_in_one_line():
                           input=model.read_bytes(), capture_output=True)
     assert proc.returncode == 1, proc.stderr
     assert b"<stdin>: not UTF-8 text" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_collage_opt_refuses_input_shapes_for_mlir_input(tmp_path):
+    """`--input-shape` on .mlir input was ignored, rc 0."""
+    text = str(collage_mlir.import_onnx(_relu_model()))
+    (tmp_path / "m.mlir").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "collage_mlir.tools.collage_opt",
+                           str(tmp_path / "m.mlir"), "--input-shape", "x=7x7"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "--input-shape applies to an .onnx model" in proc.stderr
 
 
 def test_dangling_input_is_reported(tmp_path):
