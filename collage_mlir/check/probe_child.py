@@ -153,10 +153,12 @@ def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
     the probe ends (`Failed`)."""
     if spec is None:
         return None
+    graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
+    if not graph.op_bits:  # every output an input or a constant: nothing to check
+        return [[None] * len(graph.outputs) for _ in inputs]
     ch.stage(allow * 2, model="reference", backend=spec["target"], doing="compiling")
     kernel = None
     try:
-        graph = DataflowGraph(public_functions(pristine)[0], owner=pristine)
         whole = SubGraph(graph, graph.op_bits)
         kernel = load_backend(spec).compile(whole.extract("model"))
         at = {src: k for k, src in enumerate(whole.output_values)}

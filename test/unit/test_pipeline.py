@@ -322,6 +322,22 @@ def test_backends_may_be_given_as_the_command_line_spells_them(mixing_table):
     assert {s.backend for s in model.plan.steps} == {"onnxruntime"}
 
 
+@needs_two
+def test_a_model_that_only_returns_its_input_is_not_a_reference_failure(tmp_path, capsys,
+                                                                        mixing_table):
+    """No op at all: the probe still compiled an empty whole model for the reference,
+    which onnxruntime refuses, and said it "cannot run the whole model"."""
+    value = onnx.helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 3])
+    graph = onnx.helper.make_graph([], "passthrough", [value], [value])
+    path = tmp_path / "passthrough.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              path)
+    model = collage_mlir.compile(path, backends=GRAPH_BACKENDS, cost=f"table:{mixing_table}")
+    assert "cannot run" not in capsys.readouterr().err
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(model.run([a])[0], a)
+
+
 def test_single_backend_is_one_region(mixing_table):
     path = light_model_path("squeezenet")
     model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
