@@ -21,10 +21,20 @@ def stamp_nodes(graph: DataflowGraph) -> None:
                 node.op.attributes[collage.NODE] = ir.IntegerAttr.get(i64, node.index)
 
 
-def stamped_regions(fn: ir.Operation) -> tuple[DataflowGraph, dict[int, list[int]],
-                                                   dict[int, str]]:
+def refuse_outlined(fn: ir.Operation, pass_name: str, takes: str) -> None:
+    """A CollageError when `fn` is outlined already (it calls region functions): the
+    passes up to collage-outline work on the model's own ops (`takes`: which form)."""
+    block = fn.regions[0].blocks[0]
+    if any(op.operation.name == "func.call" for op in block.operations):
+        raise CollageError(f"@{function_name(fn)} is outlined already (it calls region "
+                           f"functions): {pass_name} takes {takes}")
+
+
+def stamped_regions(fn: ir.Operation, pass_name: str
+                    ) -> tuple[DataflowGraph, dict[int, list[int]], dict[int, str]]:
     """The graph of `fn` and the regions collage-search stamped on its ops: region →
-    its nodes, region → its backend."""
+    its nodes, region → its backend (for `pass_name`'s messages)."""
+    refuse_outlined(fn, pass_name, "the model as collage-search leaves it")
     graph = DataflowGraph(fn)
     name = function_name(fn)
     members: dict[int, list[int]] = defaultdict(list)

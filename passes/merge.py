@@ -63,7 +63,7 @@ class MergePass(CollagePass):
 def read_partitioning(fn: ir.Operation) -> Partitioning:
     """The regions collage-search stamped on `fn`, in region order, with their costs."""
     name = function_name(fn)
-    graph, members, backend = stamped_regions(fn)
+    graph, members, backend = stamped_regions(fn, "collage-merge")
     if collage.REGION_COSTS not in fn.attributes:
         raise CollageError(f"@{name} has no {collage.REGION_COSTS}; run collage-search first")
     costs = [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]

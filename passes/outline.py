@@ -37,7 +37,7 @@ class OutlinePass(CollagePass):
 
 def outline_function(fn: ir.Operation) -> list[ir.Operation]:
     """Outline the regions of one function; returns the new call ops in execution order."""
-    graph, members, backend = stamped_regions(fn)
+    graph, members, backend = stamped_regions(fn, "collage-outline")
     costs = _region_costs(fn)
     return outline_placed(graph, [(k, SubGraph(graph, bits_of(members[k])), backend[k],
                                    costs[k] if k < len(costs) else None)
