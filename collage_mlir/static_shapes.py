@@ -16,7 +16,9 @@ cost seconds and memory.
 
 from __future__ import annotations
 
+import math
 import numbers
+import os
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -117,6 +119,7 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None,
                     or any(isinstance(d, int) and d != g for d, g in zip(declared, given, strict=False))):
                 raise CollageError(f"{label}: input '{name}' is {format_dims(declared)}; "
                                    f"--input-shape gives {format_dims(given)}")
+            _refuse_beyond_memory(name, value, given, label)
             _set_dims(value, given)
         elif declared is None or not all(isinstance(d, int) for d in declared):
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in declared or [1])
@@ -138,6 +141,22 @@ def _given_dims(name: str, dims: Sequence[int] | str) -> list[int]:
         raise CollageError(f"input shape of '{name}': {given!r}: expected integers ≥ 0, "
                            "e.g. (1, 3, 224, 224) or '1x3x224x224'")
     return [int(d) for d in given]
+
+
+def _refuse_beyond_memory(name: str, value: onnx.ValueInfoProto, dims: Sequence[int],
+                          label: str) -> None:
+    """A given shape whose one input would not fit in this machine's memory is a typo (shape
+    inference on it was killed for memory, with no message)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).itemsize
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (KeyError, TypeError, ValueError, OSError):
+        return
+    need = math.prod(dims) * itemsize
+    if need > memory:
+        raise CollageError(f"{label}: input '{name}' of shape {format_dims(dims)} would take "
+                           f"{need / 2**30:.3g} GiB, more than this machine's "
+                           f"{memory / 2**30:.3g} GiB")
 
 
 def _set_dims(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:

@@ -76,7 +76,9 @@ def test_dynamic_batch_needs_a_shape_and_takes_one(capsys, name: str) -> None:
 
 def test_input_shapes_in_python_take_the_command_lines_spelling_or_integers() -> None:
     """`input_shapes={"input_ids": "2x16"}` was read letter by letter ("--input-shape gives
-    [2,x,1,6]"); a list of other things is named as what is wrong."""
+    [2,x,1,6]"); a list of other things is named as what is wrong; a shape past the
+    machine's memory (a typo) is refused instead of being killed for memory in shape
+    inference."""
     path = DATA / "tiny_bert_dynbatch.onnx"
     module = collage_mlir.import_onnx(path, input_shapes={"input_ids": "2x16",
                                                           "attention_mask": [2, 16]})
@@ -85,6 +87,10 @@ def test_input_shapes_in_python_take_the_command_lines_spelling_or_integers() ->
                                            r"expected integers"):
         collage_mlir.import_onnx(path, input_shapes={"input_ids": [2.0, 16],
                                                      "attention_mask": [2, 16]})
+    with pytest.raises(CollageError, match=r"input 'input_ids' of shape \[99999999999,16\] "
+                                           r"would take .* GiB, more than this machine's"):
+        collage_mlir.import_onnx(path, input_shapes={"input_ids": "99999999999x16",
+                                                     "attention_mask": [1, 16]})
 
 
 @pytest.mark.slow
