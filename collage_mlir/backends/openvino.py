@@ -98,6 +98,17 @@ def runtime_origins(compiled: Any) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _shareable(x: np.ndarray) -> np.ndarray:
+    """`x` as an array OpenVINO can share: C-contiguous, writable (a read-only one, such as
+    a memory-mapped file, is copied), and of a dtype spelled the way its type table knows
+    (numpy's `longlong`, which onnxruntime returns for int64, is refused: "Unsupported data
+    type: int64")."""
+    if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.flags.writeable):
+        x = np.array(x, order="C")
+    canonical = np.dtype(x.dtype.str)
+    return x if x.dtype.num == canonical.num else x.view(canonical)
+
+
 def _arguments_read(compiled: Any, arg_names: Sequence[str] | None
                     ) -> tuple[int, list[int]]:
     """How many arrays a call takes, and which of them each compiled input reads (by name:
@@ -132,6 +143,7 @@ class OpenVinoKernel(Kernel):
         self._fused = fused
         self.request = compiled.create_infer_request()
         self._refs: list[np.ndarray | None] = [None] * len(compiled.inputs)
+        self._shared: list[np.ndarray | None] = [None] * len(compiled.inputs)
         self._n_args, self._reads = _arguments_read(compiled, arg_names)
         self._n_out = len(compiled.outputs)
         self._static = [o.get_partial_shape().is_static for o in compiled.outputs]
@@ -147,10 +159,9 @@ class OpenVinoKernel(Kernel):
         for k, a in enumerate(self._reads):
             x = inputs[a]
             if x is not self._refs[k]:
-                x = x if isinstance(x, np.ndarray) and x.flags.c_contiguous else \
-                    np.asarray(x, order="C")
-                request.set_input_tensor(k, self._tensor(x, shared_memory=True))
-                self._refs[k] = x
+                shared = _shareable(x)
+                request.set_input_tensor(k, self._tensor(shared, shared_memory=True))
+                self._refs[k], self._shared[k] = x, shared  # both kept alive while bound
         request.infer()
         if self._owned is None:
             return self._own()

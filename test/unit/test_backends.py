@@ -588,6 +588,28 @@ def test_an_imported_openvino_kernel_saves_after_its_blob_is_gone(tmp_path):
     assert not kept.exists()
 
 
+INT64_DOUBLE = '''g (int64[2,3] x) => (int64[2,3] y) {
+  y = Add(x, x)
+}'''
+
+
+def test_openvino_takes_read_only_and_longlong_arrays():
+    """onnxruntime returns int64 outputs as numpy's `longlong`, which OpenVINO's type table
+    refuses ("Unsupported data type: int64"), so every int64 hand-off from onnxruntime to
+    OpenVINO failed; a read-only array (a memory-mapped file) raised "array is not
+    writeable"."""
+    backend = _backend("openvino")
+    graph = _graph(INT64_DOUBLE)
+    kernel = backend.compile(SubGraph(graph, graph.op_bits).extract("f"))
+    x = np.arange(6, dtype=np.longlong).reshape(2, 3)
+    assert x.dtype.num != np.dtype(np.int64).num  # the spelling onnxruntime returns
+    np.testing.assert_array_equal(kernel.run([x])[0], 2 * x)
+    frozen = np.arange(6, dtype=np.int64).reshape(2, 3) + 10
+    frozen.flags.writeable = False
+    np.testing.assert_array_equal(kernel.run([frozen])[0], 2 * frozen)
+    np.testing.assert_array_equal(kernel.run([frozen])[0], 2 * frozen)  # still bound
+
+
 def test_exported_names_map_back_to_the_nodes_they_export():
     """Every node `export_function` writes for an extracted region is the op of the graph
     node `exported_owners` names for it, and every result's default name its producer's."""
