@@ -8,6 +8,7 @@ stderr and exit status 1, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -48,7 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     from collage_mlir.tools.guard import guarded
 
     args = build_parser().parse_args(argv)
-    return guarded("collage-mlir", lambda: args._run(args))
+    return guarded("collage-mlir", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command; with `--json -` its text goes to stderr, so stdout is the JSON alone
+    (`report_out.write_json` writes it to the stdout kept here)."""
+    from collage_mlir.tools.args import STDOUT
+
+    if getattr(args, "json", None) != STDOUT:
+        return args._run(args)
+    args.json_stream = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return args._run(args)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} ops in "
           f"{data['totals']['regions']} regions, {time.perf_counter() - t0:.2f} s)")
     if args.json:
-        write_json(data, args.json)
+        write_json(data, args.json, getattr(args, "json_stream", None))
     return 0
 
 

@@ -119,5 +119,6 @@ def run(args: argparse.Namespace) -> int:
         from collage_mlir.tools.report_out import hand_off_prices, write_json
 
         write_json(report_data(model.module, model.record(),
-                               transition=hand_off_prices(args.cost, args.cache)), args.json)
+                               transition=hand_off_prices(args.cost, args.cache)), args.json,
+                   getattr(args, "json_stream", None))
     return 0

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         from collage_mlir.tools.report_out import write_json
 
         write_json(json.loads(model.report(measured, format="json", rounds=args.profile or None,
-                                           chain_s=chain)), args.json)
+                                           chain_s=chain)), args.json,
+                   getattr(args, "json_stream", None))
     return 0
 
 

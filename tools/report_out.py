@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
+from typing import TextIO
 
 from collage_mlir.errors import CollageError
 
@@ -74,13 +76,16 @@ def unpriced(data: dict) -> None:
         r["handoffs_in_s"] = None
 
 
-def write_json(data: dict, path: str) -> None:
-    """Write report `data` as JSON to `path` (one-line error when it cannot)."""
+def write_json(data: dict, path: str, stream: TextIO | None = None) -> None:
+    """Write report `data` as JSON to `path` (one-line error when it cannot); `STDOUT`
+    means `stream` (the command's real stdout: `cli._run`), else sys.stdout."""
     from collage_mlir.paths import user_path
     from collage_mlir.tools.args import STDOUT
 
     if path == STDOUT:
-        print(json.dumps(data, indent=1))
+        out = stream or sys.stdout
+        out.write(json.dumps(data, indent=1) + "\n")
+        out.flush()
         return
     out = user_path(path)
     try:
