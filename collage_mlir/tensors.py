@@ -331,6 +331,11 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
             raise CollageError(f"inputs: {'; '.join(what)}; the model takes {names}")
         arrays = [inputs[n] for n in names]
     else:
+        if isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
+            raise CollageError(f"inputs: expected a dict of name → array or a list of arrays "
+                               f"in the model's order ({names}), got {type(inputs).__name__}"
+                               + (" (one array: pass [x])" if isinstance(inputs, np.ndarray)
+                                  else ""))
         arrays = list(inputs)
         if len(arrays) != len(names):
             raise CollageError(f"inputs: got {len(arrays)} arrays, the model takes "

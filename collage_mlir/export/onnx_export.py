@@ -244,8 +244,11 @@ class _Body:
                       ) -> list[onnx.ValueInfoProto]:
         """The graph outputs; an input, a constant or a value returned twice is copied to
         its output name by an Identity node."""
-        outputs = []
+        outputs, taken = [], set()
         for value, out in zip(values, out_names, strict=True):
+            if out in taken:  # a model listing one output twice: ONNX names are unique
+                out = self.namer.fresh(out)
+            taken.add(out)
             if self.names[value] != out:
                 self.nodes.append(helper.make_node("Identity", [self.names[value]], [out],
                                                    name=self.namer.fresh(f"identity_{out}")))

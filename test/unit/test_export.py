@@ -189,3 +189,28 @@ def test_extracted_region_with_omitted_optional_input() -> None:
     clip, sig = _run(model, [x])
     np.testing.assert_allclose(clip, np.minimum(np.maximum(x, 0), 0.5))
     np.testing.assert_allclose(sig, 1 / (1 + np.exp(-np.maximum(x, 0))), rtol=1e-6)
+
+
+def test_a_model_listing_one_output_twice_exports_both():
+    """ONNX output names are unique, so the second of two outputs named `y` had none of
+    its own: onnxruntime's whole model returned one array for two (`collage-mlir demo`
+    ended in an internal error). The second gets a fresh name through an Identity."""
+    from collage_mlir.check.compare import whole_model_runner
+    from collage_mlir.errors import CollageError
+    from collage_mlir.tensors import argument_specs, arrange_inputs
+
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+        [value("x", onnx.TensorProto.FLOAT, [3])],
+        [value("y", onnx.TensorProto.FLOAT, [3]), value("y", onnx.TensorProto.FLOAT, [3])])
+    module = import_onnx(onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17)]))
+    proto = export_function(module)
+    assert len({o.name for o in proto.graph.output}) == 2
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    outs = whole_model_runner(module, "onnxruntime")([x])
+    assert len(outs) == 2 and all(np.array_equal(o, np.maximum(x, 0)) for o in outs)
+    fn = module.body.operations[0]
+    with pytest.raises(CollageError, match=r"got ndarray \(one array: pass \[x\]\)"):
+        arrange_inputs(["x"], argument_specs(fn), x)
