@@ -66,18 +66,22 @@ def _first_input_type(node_op: ir.Operation) -> str | None:
 
 
 def supports(op_type: str, opset: int, first_input: str | None) -> bool:
-    """Whether the CPU EP has a kernel for `op_type` at `opset` taking `first_input` type."""
+    """Whether the CPU EP has a kernel for `op_type` at `opset` taking `first_input` type.
+    A float16 node without a float16 kernel runs in float: the session inserts the casts
+    around it (onnxruntime's InsertCastTransformer, at every optimization level)."""
     try:
         schema = onnx.defs.get_schema(op_type, opset)
     except onnx.defs.SchemaError:
         return False
     kernels = _kernel_table().get(op_type, [])
     param = schema.inputs[0].type_str if schema.inputs else None
+    served = {f"tensor({first_input})"} | ({"tensor(float)"} if first_input == "float16"
+                                           else set())
     for lo, hi, constraints in kernels:
         if not lo <= schema.since_version <= hi:
             continue
         allowed = constraints.get(param) if param else None
-        if allowed is None or first_input is None or f"tensor({first_input})" in allowed:
+        if allowed is None or first_input is None or served & set(allowed):
             return True
     return False
 

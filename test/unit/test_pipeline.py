@@ -338,6 +338,29 @@ def test_a_model_that_only_returns_its_input_is_not_a_reference_failure(tmp_path
     np.testing.assert_array_equal(model.run([a])[0], a)
 
 
+def test_a_float16_model_partitions_on_onnxruntime(tmp_path, mixing_table):
+    """onnxruntime's CPU EP has no float16 MatMul kernel, yet runs the node in float with
+    casts it inserts: its capability said "no backend of onnxruntime supports MatMul"
+    while the whole model ran."""
+    import onnxruntime as ort
+
+    weights = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((8, 4)).astype(np.float16), "w")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["m"]),
+         onnx.helper.make_node("Relu", ["m"], ["y"])], "half",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT16, [2, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT16, [2, 4])], [weights])
+    path = tmp_path / "half.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]),
+              path)
+    model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float16)
+    (want,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    np.testing.assert_array_equal(model.run([x])[0], want)
+
+
 def test_single_backend_is_one_region(mixing_table):
     path = light_model_path("squeezenet")
     model = collage_mlir.compile(path, backends=["onnxruntime"], cost=f"table:{mixing_table}")
