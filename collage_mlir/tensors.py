@@ -282,26 +282,33 @@ def _next_values(op: ir.Operation, operand: int, calls: tuple
 def _indexed_rows(op: ir.Operation) -> int:
     """How many entries the gather `op`'s indices can address, for the input rule: its
     table's indexed dim (the smallest dim for the ND forms; INDEX_CAP when not static)."""
-    shape = onnx_view.tensor_type(op.operands[0].type)
-    dims = list(shape[0]) if shape and shape[0] is not None else []
+    dims = _table_dims(op)
     if not dims or any(d < 0 for d in dims):
         return INDEX_CAP
     if onnx_view.op_type(op) in ("GatherND", "ScatterND"):
         return min(dims)
-    return _exact_rows(op)
+    return dims[_axis(op) % len(dims)]
 
 
 def _exact_rows(op: ir.Operation) -> int | None:
     """The size of the axis the gather `op`'s indices address; None for the ND forms
     (each index column has its own axis) and for a dim that is not static."""
-    shape = onnx_view.tensor_type(op.operands[0].type)
-    dims = list(shape[0]) if shape and shape[0] is not None else []
+    dims = _table_dims(op)
     if onnx_view.op_type(op) in ("GatherND", "ScatterND") or not dims:
         return None
-    attr = onnx_view.attributes(op).get("axis")
-    axis = int(onnx_view.attribute_value(attr)) if attr is not None else 0
-    rows = dims[axis % len(dims)]
+    rows = dims[_axis(op) % len(dims)]
     return rows if rows >= 0 else None
+
+
+def _table_dims(op: ir.Operation) -> list[int]:
+    """The dims of the table (operand 0) the gather `op` indexes; [] when unranked."""
+    shape = onnx_view.tensor_type(op.operands[0].type)
+    return list(shape[0]) if shape and shape[0] is not None else []
+
+
+def _axis(op: ir.Operation) -> int:
+    attr = onnx_view.attributes(op).get("axis")
+    return int(onnx_view.attribute_value(attr)) if attr is not None else 0
 
 
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:
