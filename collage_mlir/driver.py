@@ -63,7 +63,7 @@ from collage_mlir.search.islands import (
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
-from collage_mlir.search.search import STATE_LIMIT_NOTE, search
+from collage_mlir.search.search import STATE_LIMIT_NOTE, Uncovered, search
 from collage_mlir.static_shapes import InputShapes
 from collage_mlir.tensors import (
     Inputs,
@@ -223,12 +223,12 @@ def usable_backends(names: Sequence[str] | None, say: Say = print) -> list[str]:
 
 
 def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConfig,
-             placement: str | os.PathLike | None = None) -> list[CandidatePartition]:
-    """Every backend's candidates (RFC phases 1-2), less those a placement file forbids."""
+             placement: Placement | None = None) -> list[CandidatePartition]:
+    """Every backend's candidates (RFC phases 1-2), less those a placement forbids."""
     candidates = generate_candidates(graph, specs_for(backends), config)
     if placement is None:
         return candidates
-    return Placement.from_json(placement).filter(graph, candidates)
+    return placement.filter(graph, candidates)
 
 
 def given_inputs(fn: ir.Operation, inputs: Inputs) -> list[np.ndarray]:
@@ -545,12 +545,19 @@ def _carve_one(what: str, nb: Partitioning, whole_s: float,
 
 def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
            costs: Sequence[float], estimator: CostEstimator, unknown: str = "raise",
-           carved: Sequence[Carved] = ()) -> Partitioning:
+           carved: Sequence[Carved] = (), placement: Placement | None = None) -> Partitioning:
     """The least-cost cover (RFC phase 3) under the estimator's hand-off prices, no dearer
     than any `carved` cover; says so on stderr when the search ran out of states (the cover
-    is then not proven least-cost)."""
-    pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
-                  estimator.reason, covers=[c.indices for c in carved if c.indices])
+    is then not proven least-cost). An op left to no backend is an error that names the
+    placement rule behind it, if one is."""
+    try:
+        pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
+                      estimator.reason, covers=[c.indices for c in carved if c.indices])
+    except Uncovered as e:
+        said = placement.says_of(graph.nodes[e.node]) if placement else None
+        if said is None:
+            raise
+        raise CollageError(f"{e}; {said}") from None
     if not pick.exact:
         print(f"collage: search: {STATE_LIMIT_NOTE}", file=sys.stderr, flush=True)
     return pick
@@ -639,7 +646,9 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         graph = entry_graph(module)
         config = SubGraphConfig(max_exits=options.max_exits, allow_taps=False,
                                 max_depth=options.max_depth)
-        candidates = annotate(graph, names, config, options.placement)
+        placement = None if options.placement is None else Placement.from_json(
+            options.placement)
+        candidates = annotate(graph, names, config, placement)
     given = None if options.inputs is None else given_inputs(graph.func_op, options.inputs)
     owns_estimator = estimator is None
     if options.measure_budget_s is not None and not 0 < options.measure_budget_s < math.inf:
@@ -668,7 +677,8 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
                                            options.progress, left)
         rejected = rejections(graph, candidates, costs, estimator, unmeasured)
         with _timed(timings, "search"):
-            partitioning = choose(graph, candidates, costs, estimator, carved=carved)
+            partitioning = choose(graph, candidates, costs, estimator, carved=carved,
+                                  placement=placement)
         judged = [(c, c.trial(partitioning)) for c in carved]
         trials = [t for _, t in judged]
         untaken = [(c, t) for c, t in judged if c.cover is not None and not t.kept]

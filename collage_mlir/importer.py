@@ -104,6 +104,15 @@ the modern forms of many ops (opset-9 MaxPool, BatchNormalization, Add ... are r
 while onnxruntime and openvino take either. The converter preserves semantics."""
 
 
+def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
+    """Give each node without a name its first output's name, as this module's errors call
+    it: the importer keeps node names as op locations, which reports, error messages and
+    placement rules (`onnx_node_name`) go by, and an empty one names nothing."""
+    for node in proto.graph.node:
+        if not node.name:
+            node.name = next((o for o in node.output if o), node.op_type)
+
+
 def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
     """`proto` converted to opset `target` when it is older; unchanged when that fails."""
     current = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
@@ -141,6 +150,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     proto = make_static(proto, label, input_shapes)
     canonicalize(proto)
     refuse_subgraphs(proto, label)
+    name_unnamed_nodes(proto)
     context = context or make_context()
     try:
         with warnings.catch_warnings():

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collage_mlir.candidate import CandidatePartition
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, Node
 from collage_mlir.paths import user_path
@@ -64,6 +65,16 @@ class Placement:
 
     def rule_for(self, op_type: str, name: str) -> PlacementRule | None:
         return next((r for r in self.rules if r.matches(op_type, name)), None)
+
+    def says_of(self, node: Node) -> str | None:
+        """What the rule matching `node` does to it, naming the rule ("FILE: placement[0]
+        pins it to 'openvino'"), or None when no rule matches."""
+        rule = self.rule_for(node.op_type, node_name(node))
+        if rule is None:
+            return None
+        if rule.backend is not None:
+            return f"{rule.where} pins it to '{rule.backend}'"
+        return f"{rule.where} excludes {', '.join(map(repr, sorted(rule.exclude)))}"
 
     def allowed(self, graph: DataflowGraph, candidate: CandidatePartition) -> bool:
         for i in candidate.sub_graph.nodes:
@@ -124,9 +135,7 @@ def _covered(candidates: list[CandidatePartition]) -> int:
 
 def node_name(node: Node) -> str:
     """The ONNX node name the importer kept as the op's location, or ""."""
-    loc = str(node.op.location) if node.op is not None else ""
-    m = re.match(r'loc\("([^"]*)"', loc)
-    return m.group(1) if m else ""
+    return onnx_view.node_name(node.op) if node.op is not None else ""
 
 
 def _rule(path, k: int, entry: object) -> PlacementRule:

@@ -250,6 +250,14 @@ def _price(table: dict[tuple[str, str, int], float] | None, src: str, dst: str,
     return table[src, dst, nbytes]
 
 
+class Uncovered(CollageError):
+    """No candidate left can run graph node `node` (the message says why, per backend)."""
+
+    def __init__(self, message: str, node: int) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
                      cands: Sequence[CandidatePartition], region_costs: Sequence[float],
                      reason: Callable[[CandidatePartition], str] | None) -> None:
@@ -272,8 +280,8 @@ def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
                 why[c.backend] = (size, text or "out")
     detail = "; ".join(f"{b}: {w}" for b, (_, w) in sorted(why.items())) or \
         "no backend offered a candidate"
-    raise CollageError(f"no backend can run {node.op_type} node "
-                       f"{repr(name) if name else i}: {detail}")
+    raise Uncovered(f"no backend can run {node.op_type} node "
+                    f"{repr(name) if name else i}: {detail}", i)
 
 
 # -- the search -----------------------------------------------------------------------------

@@ -403,6 +403,45 @@ def test_placement_is_respected(tmp_path, mixing_table):
             assert choice.candidate.backend == "onnxruntime"
 
 
+def _unnamed_nodes_model(path: Path) -> str:
+    """x → Relu → Sigmoid → Add(·, x), none of the nodes named (as many exporters write)."""
+    from onnx import TensorProto, helper
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "xy"]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", spec[:1], spec[1:]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+@needs_two
+def test_placement_names_unnamed_nodes_by_their_first_output(tmp_path):
+    model = _unnamed_nodes_model(tmp_path / "m.onnx")
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"per_op": {"onnxruntime": {"*": 1.0},
+                                            "openvino": {"Relu": 0.1, "Add": 0.1}}}))
+    placement = tmp_path / "p.json"
+
+    def compile_with(*rules):
+        placement.write_text(json.dumps({"placement": [{"pattern": r} for r in rules]}))
+        return collage_mlir.compile(model, backends=GRAPH_BACKENDS, cost=f"table:{table}",
+                                    placement=str(placement), verify=False)
+
+    # openvino's Relu is cheaper; pinned by name, it stays on onnxruntime
+    pin = {"match": {"onnx_node_name": "r"}, "rewrite": {"backend": "onnxruntime"}}
+    picked = compile_with(pin).partitioning
+    [holder] = [c.candidate for c in picked.choices if any(
+        picked.graph.nodes[i].op_type == "Relu" for i in c.candidate.sub_graph.nodes)]
+    assert holder.backend == "onnxruntime"
+    with pytest.raises(collage_mlir.CollageError, match=r"leaves Sigmoid node 's' no backend"):
+        compile_with({"match": {"node_type": "Sigmoid"},
+                      "rewrite": {"exclude": ["onnxruntime", "openvino"]}})
+    # the table prices no Sigmoid on openvino: the search's error names the rule behind it
+    with pytest.raises(collage_mlir.CollageError, match=r"no backend can run Sigmoid node 's': "
+                       r"openvino: no cost; .*p\.json: placement\[0\] pins it to 'openvino'"):
+        compile_with({"match": {"node_type": "Sigmoid"}, "rewrite": {"backend": "openvino"}})
+
+
 @needs_two
 def test_measured_partition_of_alexnet(tmp_path):
     """Real measurements (worker processes, SQLite cache); the second compile is all hits
