@@ -351,10 +351,10 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
     for name, spec, a in zip(names, specs, arrays, strict=True):
         a = np.asarray(a)
         if a.shape != spec.shape:
+            hint = (f" (partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
+                    "for that shape)" if a.ndim else "")
             raise CollageError(
-                f"input '{name}' has shape {_dims(a.shape)}; {built} {_dims(spec.shape)} "
-                f"(partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
-                "for that shape)")
+                f"input '{name}' has shape {_dims(a.shape)}; {built} {_dims(spec.shape)}{hint}")
         out.append(np.asarray(_exact_cast(a, spec.dtype, name), order="C"))
     for k, limit in (limits or {}).items():
         _check_indices(names[k], out[k], limit)
@@ -384,13 +384,22 @@ def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     rounds, int64 out of int32 range, a fraction to an int)."""
     if a.dtype == dtype:
         return a
-    cast = a.astype(dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        same = np.array_equal(cast.astype(a.dtype), a, equal_nan=a.dtype.kind in "fc")
+    dtype = np.dtype(dtype)
+    if a.dtype.kind not in "biufc":
+        raise CollageError(f"input '{name}' holds {a.dtype} values; the model takes {dtype}")
+    if a.dtype.kind in "biu" and dtype.kind in "iu" and a.size:
+        # a wrapped integer survives the round trip below (uint32 4294967289 → int32 -7 →
+        # back): integers are checked against the target's range instead
+        info = np.iinfo(dtype)
+        same = info.min <= int(a.min()) and int(a.max()) <= info.max
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):
+            same = np.array_equal(a.astype(dtype).astype(a.dtype), a,
+                                  equal_nan=a.dtype.kind in "fc")
     if not same:
-        raise CollageError(f"input '{name}' is {a.dtype}; the model takes {np.dtype(dtype)} and "
-                           f"the cast would change its values (convert it first)")
-    return cast
+        raise CollageError(f"input '{name}' is {a.dtype}; the model takes {dtype} and the "
+                           f"cast would change its values (convert it first)")
+    return a.astype(dtype)
 
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))

@@ -117,7 +117,15 @@ def _arguments_read(compiled: Any, arg_names: Sequence[str] | None
     if arg_names is None or len(arg_names) == n:
         return n, list(range(n))
     position = {name: k for k, name in enumerate(arg_names)}
-    return len(arg_names), [position[i.get_any_name()] for i in compiled.inputs]
+
+    def argument(port: Any) -> int:
+        found = sorted(position[n] for n in port.get_names() if n in position)
+        if not found:
+            raise RuntimeError(f"OpenVINO input {port.get_any_name()!r} is none of the "
+                               f"region's arguments ({', '.join(arg_names)})")
+        return found[0]
+
+    return len(arg_names), [argument(i) for i in compiled.inputs]
 
 
 class OpenVinoKernel(Kernel):

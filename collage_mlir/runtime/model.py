@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -89,7 +90,10 @@ def clone_module(module: ir.Module) -> ir.Module:
 
 
 class PartitionedModel:
-    """A model split across backends, ready to `run`; see `collage_mlir.compile`."""
+    """A model split across backends, ready to `run`; see `collage_mlir.compile`.
+
+    Safe to share between threads: its kernels own their buffers and requests, so calls of
+    `run` and `profile` take turns (one model per thread runs them side by side)."""
 
     def __init__(self, module: ir.Module, kernels: dict[str, Kernel],
                  backends: dict[str, Backend], report_rows: list[ReportRow] | None = None,
@@ -124,6 +128,16 @@ class PartitionedModel:
         self.baseline_rows: list[BaselineRow] = []
         self.skipped: dict[str, str] = {}
         """Backend → why the run left it out as unusable."""
+        self._turn = threading.Lock()  # shared by copies: they share the kernels
+
+    def __copy__(self) -> PartitionedModel:
+        out = PartitionedModel.__new__(PartitionedModel)
+        out.__dict__.update(self.__dict__)
+        return out
+
+    def __reduce_ex__(self, protocol: object) -> object:
+        raise CollageError("a PartitionedModel cannot be pickled (its kernels live in the "
+                           "backends' runtimes): save() it and collage_mlir.load() the folder")
 
     def with_record(self, *, verdict: Verdict | None, candidates: list,
                     backends_considered: list[str], timings: dict[str, float],
@@ -208,8 +222,10 @@ class PartitionedModel:
         """Run end to end: inputs by name (dict) or in order (list); outputs in order, the
         caller's own arrays (a later run changes none of them). The input arrays are only
         read; a later run reads them again only when passed again."""
-        slots = self._execute(self.arrange(inputs))
-        return [np.array(slots[i], copy=True) for i in self.plan.outputs]
+        arrays = self.arrange(inputs)
+        with self._turn:
+            slots = self._execute(arrays)
+            return [np.array(slots[i], copy=True) for i in self.plan.outputs]
 
     def _execute(self, arrays: list[np.ndarray],
                  times: dict[str, list[float]] | None = None) -> list[np.ndarray | None]:
@@ -238,8 +254,9 @@ class PartitionedModel:
         its inputs from the previous regions, which the estimate prices as transitions)."""
         arrays = self.arrange(inputs)
         samples: dict[str, list[float]] = {s.callee: [] for s in self.plan.steps}
-        for _ in range(rounds + 1):  # the first round warms up and is not kept
-            self._execute(arrays, samples)
+        with self._turn:
+            for _ in range(rounds + 1):  # the first round warms up and is not kept
+                self._execute(arrays, samples)
         return {name: float(np.median(ts[1:])) for name, ts in samples.items()}
 
     # -- inspection ---------------------------------------------------------------------

@@ -624,3 +624,28 @@ def test_exported_names_map_back_to_the_nodes_they_export():
     produced = {o: graph.nodes[owners[n.name]] for n in proto.graph.node for o in n.output}
     for k, out in enumerate(proto.graph.output):
         assert owners[f"output_{k}"] == produced[out.name].index
+
+
+def test_openvino_inputs_map_to_arguments_by_any_of_their_names():
+    """OpenVINO drops inputs nothing reads; the rest are matched to the region's arguments
+    by name, any of a port's names, and a port matching none is an error naming it."""
+    from collage_mlir.backends.openvino import _arguments_read
+
+    class Port:
+        def __init__(self, *names: str) -> None:
+            self.names = names
+
+        def get_names(self) -> set[str]:
+            return set(self.names)
+
+        def get_any_name(self) -> str:
+            return self.names[0]
+
+    class Compiled:
+        inputs = [Port("c", "c_alias"), Port("renamed", "a")]
+
+    assert _arguments_read(Compiled, ["a", "b", "c"]) == (3, [2, 0])
+    Compiled.inputs = [Port("zzz")]
+    with pytest.raises(RuntimeError, match="OpenVINO input 'zzz' is none of the region's "
+                                           "arguments"):
+        _arguments_read(Compiled, ["a", "b"])

@@ -214,3 +214,26 @@ def test_a_model_listing_one_output_twice_exports_both():
     fn = module.body.operations[0]
     with pytest.raises(CollageError, match=r"got ndarray \(one array: pass \[x\]\)"):
         arrange_inputs(["x"], argument_specs(fn), x)
+
+
+@pytest.mark.parametrize("given, takes, ok", [
+    (np.array([1, 2, 3], np.uint32), np.int32, True),
+    (np.array([1, 4294967289], np.uint32), np.int32, False),  # wraps to -7 and back
+    (np.array([-1, 2], np.int64), np.uint64, False),
+    (np.array([2**31], np.int64), np.int32, False),
+    (np.array([True, False]), np.int64, True),
+    (np.array([0.5], np.float64), np.int64, False),
+    (np.array([2**24 + 1], np.int64), np.float32, False),
+    (np.array(["a", "b"]), np.float32, False),
+])
+def test_inputs_are_cast_only_where_no_value_changes(given, takes, ok):
+    from collage_mlir.errors import CollageError
+    from collage_mlir.tensors import TensorSpec, arrange_inputs
+
+    spec = TensorSpec(given.shape, np.dtype(takes))
+    if ok:
+        [got] = arrange_inputs(["x"], [spec], [given])
+        assert got.dtype == takes and np.array_equal(got, given)
+    else:
+        with pytest.raises(CollageError, match=r"input 'x' (is|holds) "):
+            arrange_inputs(["x"], [spec], [given])

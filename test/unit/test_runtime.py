@@ -284,6 +284,50 @@ def test_results_are_the_callers_own_and_inputs_are_read_afresh(backends):
         np.testing.assert_allclose(g, e, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backends", CHAINS, ids=["-".join(c) for c in CHAINS])
+def test_threads_sharing_one_model_get_their_own_answers(backends):
+    """Kernels reuse their buffers and requests: two runs at once would write each other's
+    values (and OpenVINO refuses a busy request). Runs take turns instead."""
+    import threading
+
+    missing = [b for b in backends if b not in available_backends()]
+    if missing:
+        pytest.skip(f"{missing} unavailable")
+    model = partitioned(stamped(*backends))
+    rng = np.random.default_rng(3)
+    given = [list(rng.standard_normal((2, 2, 4)).astype(np.float32) * (k + 1))
+             for k in range(4)]
+    faults: list[str] = []
+
+    def worker(x: np.ndarray, y: np.ndarray) -> None:
+        want = expected(x, y)
+        for _ in range(100):
+            try:
+                got = model.run([x, y])
+            except Exception as e:  # noqa: BLE001 - every failure is a finding here
+                faults.append(f"{type(e).__name__}: {e}")
+                continue
+            if not all(np.allclose(g, w, rtol=1e-6) for g, w in zip(got, want, strict=True)):
+                faults.append("wrong numbers")
+
+    threads = [threading.Thread(target=worker, args=xy) for xy in given]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert faults == []
+
+
+def test_a_model_says_how_to_keep_it_instead_of_pickling(model):
+    import copy
+    import pickle
+
+    with pytest.raises(collage_mlir.CollageError, match=r"save\(\) it and collage_mlir.load"):
+        pickle.dumps(model)
+    twin = copy.copy(model)  # a shallow copy (`with_record`) shares the kernels and turns
+    assert twin.kernels is model.kernels and twin._turn is model._turn
+
+
 @pytest.mark.parametrize("operand, says", [
     ("%k", "from constants alone, which the import could not fold"),
     ("%arg0", "run collage-outline first"),
