@@ -19,6 +19,7 @@ from collage_mlir.driver import (
     PartitionOptions,
     partition,
 )
+from collage_mlir.errors import CollageError
 from collage_mlir.runtime.model import PartitionedModel
 from collage_mlir.static_shapes import InputShapes
 from collage_mlir.tensors import Inputs
@@ -72,6 +73,10 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     inputs, and the end-to-end check and refinement time on them (default: made-up inputs
     only). The report lists the candidates left out, per backend and reason.
     """
+    if estimator is not None and not isinstance(estimator, CostEstimator):
+        hint = " (a cost table is cost='table:FILE')" if isinstance(estimator, str) else ""
+        raise CollageError(f"estimator: expected a CostEstimator, got "
+                           f"{type(estimator).__name__}{hint}")
     if isinstance(backends, str):  # "onnxruntime,openvino", as the command line takes them
         backends = [b.strip() for b in backends.split(",") if b.strip()]
     options = PartitionOptions(

@@ -166,6 +166,11 @@ def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Modul
 
     `input_shapes` (name → dims) specialises an ONNX model's dynamic inputs; MLIR input is
     static already (it was imported) and takes none."""
+    if not isinstance(model, onnx.ModelProto | ir.Module | str | os.PathLike):
+        hint = (" (onnx.load_from_string(data) makes one of its bytes)"
+                if isinstance(model, bytes | bytearray) else "")
+        raise CollageError(f"model: expected a path (.onnx or .mlir), an onnx.ModelProto or "
+                           f"an ir.Module, got {type(model).__name__}{hint}")
     if isinstance(model, onnx.ModelProto) or (
             not isinstance(model, ir.Module) and user_path(model).suffix != ".mlir"):
         return import_onnx(model, input_shapes=input_shapes)

@@ -512,3 +512,14 @@ def test_three_backend_mix_on_random_weights(tmp_path):
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4 * float(np.max(np.abs(w))))
     assert np.ptp(want[0]) > 1e-2  # the logits really depend on the weights
+
+
+@pytest.mark.parametrize("model, kwargs, says", [
+    (None, {}, r"model: expected a path .* got NoneType"),
+    (b"\x08\x07", {}, r"got bytes \(onnx.load_from_string"),
+    ("m.onnx", {"estimator": "table:costs.json"},
+     r"estimator: expected a CostEstimator, got str \(a cost table is cost='table:FILE'\)"),
+])
+def test_the_api_names_an_argument_of_the_wrong_kind(model, kwargs, says):
+    with pytest.raises(collage_mlir.CollageError, match=says):
+        collage_mlir.compile(model, **kwargs)
