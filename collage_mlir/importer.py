@@ -9,6 +9,7 @@ computations folded), then a few value-keeping rewrites apply (`canonical`). Ini
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import onnx
@@ -217,6 +218,19 @@ def parse_mlir(text: str, label: str = "<input>", context: ir.Context | None = N
         return ir.Module.parse(text, context)
     except ir.MLIRError as e:
         diag = e.error_diagnostics[0] if e.error_diagnostics else None
-        where = f"{diag.location}: " if diag else ""
         msg = diag.message if diag else str(e)
+        at = _TEXT_LOCATION.fullmatch(str(diag.location)) if diag else None
+        if at:  # the parser names its text "-": give the label's line and column
+            raise CollageError(f"{label}:{at.group(1)}: {msg}") from None
+        where = f"{diag.location}: " if diag else ""
         raise CollageError(f"{label}: {where}{msg}") from None
+
+
+_TEXT_LOCATION = re.compile(r'loc\("-":(\d+:\d+)\)')
+
+
+def print_mlir(module: ir.Module, locations: bool = False) -> str:
+    """`module` as MLIR text. With `locations`, ops keep theirs: the ONNX node names the
+    import recorded, which placement rules and reports go by (mlir-opt's
+    --mlir-print-debuginfo); without, text parsed back has no node names."""
+    return module.operation.get_asm(enable_debug_info=locations)

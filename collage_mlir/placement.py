@@ -112,9 +112,13 @@ class Placement:
                         f"{rule.where}: pins {node.op_type} node {node_name(node)!r} to "
                         f"'{rule.backend}', which is not among the backends in use "
                         f"({', '.join(sorted(backends))})")
+        named = any(node_name(n) for n in graph.op_nodes())
         for rule in self.rules:
             if id(rule) not in matched:
-                log.warning("%s matches no op of this model", rule.where)
+                why = "" if named or rule.node_name is None else (
+                    " (its ops carry no ONNX node names: MLIR text printed without locations "
+                    "has none; print it with --mlir-print-debuginfo, or partition the .onnx)")
+                log.warning("%s matches no op of this model%s", rule.where, why)
         kept = [c for c in candidates if self.allowed(graph, c)]
         before = _covered(candidates)
         after = _covered(kept)

@@ -15,11 +15,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage_mlir.importer import import_onnx
+    from collage_mlir.importer import import_onnx, print_mlir
 
     if args.output != "-":
         check_output_file(args.output)
-    text = str(import_onnx(args.model, input_shapes=input_shapes(args)))
+    # with locations: they carry the node names that placement rules and reports go by
+    text = print_mlir(import_onnx(args.model, input_shapes=input_shapes(args)), locations=True)
     if args.output == "-":
         sys.stdout.write(text)
     else:

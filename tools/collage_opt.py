@@ -14,7 +14,7 @@ import sys
 from typing import TextIO
 
 from collage_mlir.errors import CollageError
-from collage_mlir.importer import import_onnx, parse_mlir
+from collage_mlir.importer import import_onnx, parse_mlir, print_mlir
 from collage_mlir.passes.pipeline import Pipeline
 from collage_mlir.passes.registry import get_pass_class, pass_names
 from collage_mlir.tools.args import (
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "none, the input is printed back)")
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each chunk between '{SPLIT_MARKER}' lines on its own")
+    p.add_argument("--mlir-print-debuginfo", action="store_true",
+                   help="print op locations: the ONNX node names placement rules and "
+                        "reports go by (text printed without them has none)")
     p.add_argument("--list-passes", action="store_true", help="list the collage passes with their options")
     add_input_shape_argument(p)
     return p
@@ -58,11 +61,11 @@ def list_passes(out: TextIO) -> None:
             out.write(f"    {s.ljust(width)}  {o.help} (default: {o.default})\n")
 
 
-def process(text: str, label: str, pipeline: Pipeline | None) -> str:
+def process(text: str, label: str, pipeline: Pipeline | None, locations: bool = False) -> str:
     module = parse_mlir(text, label)
     if pipeline:
         pipeline.run(module)
-    return str(module)
+    return print_mlir(module, locations)
 
 
 def split_chunks(text: str) -> list[tuple[int, str]]:
@@ -78,14 +81,15 @@ def split_chunks(text: str) -> list[tuple[int, str]]:
     return chunks
 
 
-def process_split(text: str, label: str, pipeline: Pipeline | None) -> tuple[str, list[str]]:
+def process_split(text: str, label: str, pipeline: Pipeline | None,
+                  locations: bool = False) -> tuple[str, list[str]]:
     """Each chunk on its own, as mlir-opt does: a failing chunk reports its error at the real
     file line and the others still run. Returns (joined output, errors)."""
     outputs, errors = [], []
     for start, chunk in split_chunks(text):
         # pad with newlines so the parser's line numbers are the file's
         try:
-            outputs.append(process("\n" * (start - 1) + chunk, label, pipeline))
+            outputs.append(process("\n" * (start - 1) + chunk, label, pipeline, locations))
         except CollageError as e:
             errors.append(str(e))
     return f"\n{SPLIT_MARKER}\n".join(outputs), errors
@@ -119,7 +123,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO) -> int:
         module = import_onnx(args.input, input_shapes=input_shapes(args))
         if pipeline:
             pipeline.run(module)
-        result = str(module)
+        result = print_mlir(module, args.mlir_print_debuginfo)
     else:
         if input_shapes(args):
             raise CollageError(f"{args.input}: --input-shape applies to an .onnx model; MLIR "
@@ -127,9 +131,9 @@ def run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO) -> int:
         label = "<stdin>" if args.input == "-" else args.input
         text = _read_input(args.input, stdin)
         if args.split_input_file:
-            result, errors = process_split(text, label, pipeline)
+            result, errors = process_split(text, label, pipeline, args.mlir_print_debuginfo)
         else:
-            result = process(text, label, pipeline)
+            result = process(text, label, pipeline, args.mlir_print_debuginfo)
     if args.output == "-":
         stdout.write(result)
     else:

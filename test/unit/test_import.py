@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -122,6 +123,39 @@ def test_collage_opt_refuses_input_shapes_for_mlir_input(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "--input-shape applies to an .onnx model" in proc.stderr
+
+
+def _names_of(text: str) -> list[str]:
+    from collage_mlir.dialects import onnx as onnx_view
+
+    module = collage_mlir.parse_mlir(text)
+    fn = module.body.operations[0]
+    return [onnx_view.node_name(op) for op in fn.regions[0].blocks[0].operations
+            if onnx_view.op_type(op)]
+
+
+def test_node_names_survive_printed_mlir_where_asked(tmp_path):
+    """Names live in op locations, which MLIR text drops unless asked: `import` keeps them
+    (its output is the next step's input), collage-opt with --mlir-print-debuginfo. An
+    unnamed node goes by its first output's name."""
+    from collage_mlir.tools import cli, collage_opt
+
+    onnx.save(_relu_model(), tmp_path / "m.onnx")
+    assert cli.main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "i.mlir")]) == 0
+    assert _names_of((tmp_path / "i.mlir").read_text()) == ["y"]
+    for flags, names in (([], [""]), (["--mlir-print-debuginfo"], ["y"])):
+        out = io.StringIO()
+        assert collage_opt.main([str(tmp_path / "i.mlir"), *flags], stdout=out) == 0
+        assert _names_of(out.getvalue()) == names
+
+
+def test_a_parse_error_names_file_line_and_column(tmp_path):
+    path = tmp_path / "bad.mlir"
+    path.write_text("func.func @f() {\n  %0 = bogus\n}\n")
+    from collage_mlir.driver import load
+
+    with pytest.raises(CollageError, match=r"bad.mlir:2:8: custom op 'bogus' is unknown"):
+        load(str(path))
 
 
 def test_dangling_input_is_reported(tmp_path):
