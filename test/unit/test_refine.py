@@ -428,16 +428,17 @@ def test_islands_carve_a_cheaper_backends_ops_out_of_a_whole_model(doubles, monk
     pristine, incumbent, cands, costs = whole_pick()
     whats = [w for w, _ in refine_mod.neighbours(live(pristine, incumbent), cands, costs, None)]
     island = f"island {FAULT}: {{}} in region 0 ({NUMPY}: Neg+Relu+Neg)"
-    assert sorted(whats) == sorted([island.format(op) for op in ("Neg", "Relu")]
-                                   + [island.format("Neg") + " #2",  # two Negs, two neighbours
-                                      f"islands {FAULT}: 2 x Neg out of {NUMPY}"])
+    # each op named by its output (the chain's nodes have no names of their own)
+    assert sorted(whats) == sorted([island.format(f"{op} at t{k}") for k, op in
+                                    enumerate(("Neg", "Relu", "Neg"), 1)]
+                                   + [f"islands {FAULT}: 2 x Neg out of {NUMPY}"])
     monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
         lambda n: 1e-3 if n.startswith("island ") else 2e-3))
     better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
                                        driver.report_rows)
     relu = [t for t in record.trials if "Relu" in t.what]
     assert relu and relu[0].measured_s is None and "wrong numbers" in relu[0].why
-    assert len([t for t in record.trials if t.what.startswith(island.format("Neg"))
+    assert len([t for t in record.trials if t.what.startswith(f"island {FAULT}: Neg at ")
                 and t.measured_s is not None]) == 2  # both built and timed
     assert better is not None  # a Neg island (right on fault), injected as faster
     assert sorted(s.backend for s in better.plan.steps) in ([FAULT, NUMPY],
@@ -856,3 +857,13 @@ def test_parts_are_measured_first_alone_then_as_many_as_the_time_left_fits():
     assert size(1, 1.0, 3.5) == 2 and size(3, 3.0, 3.5) == 1  # 1 s a part
     assert size(1, 0.01, 100.0) == size(4, 0.0, math.inf) == refine_mod.REST_CHUNK
     assert size(2, 4.0, 3.0) == 1  # past the limit: the caller stops before asking
+
+
+def test_neighbours_named_alike_are_numbered():
+    """Ops without names (MLIR text printed without locations) label their islands alike;
+    refinement keys what it built by label, so the repeats are numbered."""
+    labelled = [("island x: Neg in region 0", "p"), ("island x: Relu in region 0", "q"),
+                ("island x: Neg in region 0", "r")]
+    assert refine_mod._unique(labelled) == [
+        ("island x: Neg in region 0", "p"), ("island x: Relu in region 0", "q"),
+        ("island x: Neg in region 0 #2", "r")]
