@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from iree.compiler import ir
@@ -44,9 +45,37 @@ def stamped_regions(fn: ir.Operation, pass_name: str
         if collage.REGION not in attrs or collage.BACKEND not in attrs:
             raise CollageError(f"@{name}: op {node.op_type} (node {node.index}) has no "
                                f"{collage.REGION}/{collage.BACKEND}; run collage-search first")
-        k = ir.IntegerAttr(attrs[collage.REGION]).value
+        try:
+            k = ir.IntegerAttr(attrs[collage.REGION]).value
+            b = ir.StringAttr(attrs[collage.BACKEND]).value
+        except ValueError:
+            raise CollageError(
+                f"@{name}: op {node.op_type} (node {node.index}): expected {collage.REGION} "
+                f"= <integer> and {collage.BACKEND} = \"<name>\", got "
+                f"{attrs[collage.REGION]} and {attrs[collage.BACKEND]}") from None
         members[k].append(node.index)
-        b = ir.StringAttr(attrs[collage.BACKEND]).value
         if backend.setdefault(k, b) != b:
             raise CollageError(f"@{name}: region {k} mixes backends {backend[k]} and {b}")
+    if sorted(members) != list(range(len(members))):
+        raise CollageError(f"@{name}: regions numbered {sorted(members)}; collage-search "
+                           f"numbers them 0..{len(members) - 1}")
     return graph, members, backend
+
+
+def region_costs(fn: ir.Operation, regions: int) -> list[float] | None:
+    """collage-search's `collage.region_costs` on `fn` (one cost in seconds, finite and not
+    negative, per region), or None when it has none."""
+    if collage.REGION_COSTS not in fn.attributes:
+        return None
+    attr = fn.attributes[collage.REGION_COSTS]
+    where = f"@{function_name(fn)}: {collage.REGION_COSTS}"
+    try:
+        costs = [ir.FloatAttr(a).value for a in ir.ArrayAttr(attr)]
+    except ValueError:
+        raise CollageError(f"{where}: expected an array of seconds, got {attr}") from None
+    if len(costs) != regions:
+        raise CollageError(f"{where}: {len(costs)} costs for {regions} regions")
+    bad = next((c for c in costs if not (math.isfinite(c) and c >= 0)), None)
+    if bad is not None:
+        raise CollageError(f"{where}: {bad} is not a cost (seconds, 0 or more)")
+    return costs

@@ -23,7 +23,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.driver import make_estimator, merge, tolerance
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraph, bits_of
-from collage_mlir.passes.common import stamped_regions
+from collage_mlir.passes.common import region_costs, stamped_regions
 from collage_mlir.passes.registry import CollagePass, option, register, stage_option
 from collage_mlir.passes.search import SearchPass, write_partitioning
 from collage_mlir.search import Partitioning, evaluate
@@ -64,11 +64,9 @@ def read_partitioning(fn: ir.Operation) -> Partitioning:
     """The regions collage-search stamped on `fn`, in region order, with their costs."""
     name = function_name(fn)
     graph, members, backend = stamped_regions(fn, "collage-merge")
-    if collage.REGION_COSTS not in fn.attributes:
+    costs = region_costs(fn, len(members))
+    if costs is None:
         raise CollageError(f"@{name} has no {collage.REGION_COSTS}; run collage-search first")
-    costs = [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]
-    if len(costs) != len(members):
-        raise CollageError(f"@{name}: {len(members)} regions but {len(costs)} region costs")
     choices = tuple(Choice(CandidatePartition(SubGraph(graph, bits_of(members[k])),
                                               backend[k], RULE), costs[k])
                     for k in sorted(members))

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import SubGraph, bits_of
 from collage_mlir.graph.outline import outline_placed
-from collage_mlir.passes.common import stamped_regions
+from collage_mlir.passes.common import region_costs, stamped_regions
 from collage_mlir.passes.registry import CollagePass, register
 
 
@@ -38,13 +37,7 @@ class OutlinePass(CollagePass):
 def outline_function(fn: ir.Operation) -> list[ir.Operation]:
     """Outline the regions of one function; returns the new call ops in execution order."""
     graph, members, backend = stamped_regions(fn, "collage-outline")
-    costs = _region_costs(fn)
+    costs = region_costs(fn, len(members))
     return outline_placed(graph, [(k, SubGraph(graph, bits_of(members[k])), backend[k],
-                                   costs[k] if k < len(costs) else None)
+                                   costs[k] if costs else None)
                                   for k in sorted(members)])
-
-
-def _region_costs(fn: ir.Operation) -> list[float]:
-    if collage.REGION_COSTS not in fn.attributes:
-        return []
-    return [ir.FloatAttr(a).value for a in ir.ArrayAttr(fn.attributes[collage.REGION_COSTS])]

@@ -38,7 +38,7 @@ class TestExtractPass(CollagePass):
             graph = DataflowGraph(fn)
             stamp_nodes(graph)
             for i in self.nodes:
-                if i >= len(graph) or graph.nodes[i].kind is not NodeKind.OP:
+                if not 0 <= i < len(graph) or graph.nodes[i].kind is not NodeKind.OP:
                     raise CollageError(f"node {i} is not an op of @{function_name(fn)}")
             sub = SubGraph(graph, bits_of(self.nodes))
             reason = sub.why_invalid(config)

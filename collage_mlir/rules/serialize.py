@@ -36,20 +36,26 @@ def candidates_to_attr(candidates: Sequence[CandidatePartition],
 
 def candidates_from_attr(graph: DataflowGraph, attr: ir.Attribute) -> list[CandidatePartition]:
     """The candidates `candidates_to_attr` wrote, re-bound to `graph` (checked against it)."""
+    try:
+        entries = list(ir.ArrayAttr(attr))
+    except ValueError:
+        raise CollageError(f"collage.candidates: expected an array of candidates, got "
+                           f"{attr}") from None
     out = []
-    for k, entry in enumerate(ir.ArrayAttr(attr)):
-        d = ir.DictAttr(entry)
+    for k, entry in enumerate(entries):
         try:
+            d = ir.DictAttr(entry)
             backend = ir.StringAttr(d["backend"]).value
             rule = ir.StringAttr(d["rule"]).value if "rule" in d else ""
             nodes = list(ir.DenseI64ArrayAttr(d["nodes"]))
-        except (KeyError, ValueError) as e:
-            raise CollageError(f"collage.candidates[{k}]: malformed entry {d}") from e
-        inside = bits_of(nodes)
-        if not nodes or inside & ~graph.op_bits or max(nodes) >= len(graph):
+        except (KeyError, ValueError):
+            raise CollageError(f"collage.candidates[{k}]: malformed entry {entry} (expected "
+                               "{backend = \"...\", nodes = array<i64: ...>})") from None
+        if not nodes or min(nodes) < 0 or max(nodes) >= len(graph) or (
+                bits_of(nodes) & ~graph.op_bits):
             raise CollageError(f"collage.candidates[{k}]: nodes {nodes} are not ops of the "
                                "function (was the IR changed after collage-annotate?)")
-        out.append(CandidatePartition(SubGraph(graph, inside), backend, rule))
+        out.append(CandidatePartition(SubGraph(graph, bits_of(nodes)), backend, rule))
     return out
 
 
