@@ -21,7 +21,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_MAX_EXITS, annotate
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
-from collage_mlir.passes.common import refuse_outlined, stamp_nodes
+from collage_mlir.passes.common import forget_decision, refuse_outlined, stamp_nodes
 from collage_mlir.passes.registry import CollagePass, option, register
 from collage_mlir.rules.serialize import candidates_to_attr, summary
 
@@ -49,6 +49,7 @@ class AnnotatePass(CollagePass):
             refuse_outlined(fn, self.name, "the model as imported")
             graph = DataflowGraph(fn)
             stamp_nodes(graph)
+            forget_decision(graph)
             candidates = annotate(graph, self.backends, config)
             with fn.context:
                 fn.attributes[collage.CANDIDATES] = candidates_to_attr(candidates, fn.context)

@@ -22,6 +22,19 @@ def stamp_nodes(graph: DataflowGraph) -> None:
                 node.op.attributes[collage.NODE] = ir.IntegerAttr.get(i64, node.index)
 
 
+def forget_decision(graph: DataflowGraph) -> None:
+    """Remove what collage-search stamped (regions, backends, costs): annotating again
+    makes new candidates, and a later pass must not read the old decision as theirs."""
+    fn = graph.func_op
+    for node in graph.op_nodes():
+        for name in (collage.REGION, collage.BACKEND):
+            if name in node.op.attributes:
+                del node.op.attributes[name]
+    for name in (collage.REGION_COSTS, collage.ESTIMATED_COST):
+        if name in fn.attributes:
+            del fn.attributes[name]
+
+
 def refuse_outlined(fn: ir.Operation, pass_name: str, takes: str) -> None:
     """A CollageError when `fn` is outlined already (it calls region functions): the
     passes up to collage-outline work on the model's own ops (`takes`: which form)."""

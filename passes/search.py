@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
+from collage_mlir.backends.registry import registered_backends
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
@@ -42,8 +43,8 @@ class SearchPass(CollagePass):
                        "'table:FILE' (a JSON cost table; its format: collage-opt --help)")
     cache: str = option("", "measurement cache file; empty: $COLLAGE_CACHE, else "
                         "~/.cache/collage_mlir/cache.sqlite")
-    backends: tuple[str, ...] = option((), "backends to measure on; empty: those the "
-                                       "candidates name")
+    backends: tuple[str, ...] = option((), "backends to search over (candidates for others "
+                                       "are left out); empty: those the candidates name")
     unknown: str = option("raise", "a candidate the estimator cannot cost: 'raise' fails, "
                           "'invalid' leaves it out")
     placement: str = option("", "JSON placement file pinning or excluding backends per op")
@@ -61,9 +62,15 @@ class SearchPass(CollagePass):
         # options, tables and placement files fail before any IR is read
         estimator = make_estimator(self.cost, [], None) if self.cost != "measure" else None
         placement = Placement.from_json(self.placement) if self.placement else None
+        unknown = sorted(set(self.backends) - set(registered_backends()))
+        if unknown:
+            raise CollageError(f"backends={','.join(self.backends)}: {', '.join(unknown)} "
+                               f"names no backend (known: {', '.join(registered_backends())})")
         work = []
         for fn in public_functions(module):
             graph, cands = read_candidates(fn)
+            if self.backends:
+                cands = [c for c in cands if c.backend in self.backends]
             work.append((fn, graph, placement.filter(graph, cands) if placement else cands))
         if estimator is None:
             named = sorted({c.backend for _, _, cands in work for c in cands})
@@ -72,7 +79,7 @@ class SearchPass(CollagePass):
         with estimator:
             for fn, graph, cands in work:
                 write_partitioning(fn, _search(graph, list(cands), estimator, self.unknown,
-                                               self.islands))
+                                               self.islands, placement))
 
 
 def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
@@ -95,12 +102,12 @@ def search_function(func_op: ir.Operation, estimator: CostEstimator,
 
 
 def _search(graph: DataflowGraph, cands: list, estimator: CostEstimator, unknown: str,
-            islands: bool) -> Partitioning:
+            islands: bool, placement: Placement | None = None) -> Partitioning:
     """Cost `cands`, offer the cheapest whole model's archipelagos with `islands`
     (`driver.carve_islands`, which adds its parts to `cands`), and search."""
     costs = estimator.estimate(cands)
     carved = carve_islands(graph, cands, costs, estimator) if islands else []
-    return choose(graph, cands, costs, estimator, unknown, carved)
+    return choose(graph, cands, costs, estimator, unknown, carved, placement)
 
 
 def write_partitioning(fn: ir.Operation, result: Partitioning) -> None:
