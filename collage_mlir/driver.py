@@ -33,7 +33,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
-from collage_mlir.dialects.func import function_name, io_names, public_functions
+from collage_mlir.dialects.func import function_name, io_names, public_functions, result_count
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import forget_store, weight_store
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
@@ -201,7 +201,15 @@ def entry_graph(module: ir.Module) -> DataflowGraph:
     fns = public_functions(module)
     if len(fns) != 1:
         raise CollageError(f"expected one public function, found {len(fns)}")
+    refuse_no_outputs(fns[0])
     return DataflowGraph(fns[0], owner=module)
+
+
+def refuse_no_outputs(fn: ir.Operation) -> None:
+    """A function that returns nothing has nothing to compute: a CollageError naming it."""
+    if not result_count(fn):
+        raise CollageError(f"@{function_name(fn)} returns nothing: there is no output to "
+                           "compute")
 
 
 # -- annotate -------------------------------------------------------------------------------

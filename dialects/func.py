@@ -49,6 +49,11 @@ def find_function(module: ModuleLike, name: str | None = None) -> ir.Operation:
     raise ValueError(f"no function '{name or '<any>'}' in module")
 
 
+def result_count(fn: ir.Operation) -> int:
+    """How many values `fn` returns."""
+    return len(ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).results)
+
+
 def io_names(fn: ir.Operation) -> tuple[list[str], list[str]]:
     """The input and output names the import recorded on `fn` (`collage.input_names` /
     `collage.output_names`), else input_k / output_k. ValueError when a recorded list does

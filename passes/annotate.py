@@ -18,7 +18,7 @@ from iree.compiler import ir
 
 from collage_mlir.dialects import collage
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_MAX_EXITS, annotate
+from collage_mlir.driver import DEFAULT_MAX_DEPTH, DEFAULT_MAX_EXITS, annotate, refuse_no_outputs
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.passes.common import forget_decision, refuse_outlined, stamp_nodes
@@ -47,6 +47,7 @@ class AnnotatePass(CollagePass):
         config = SubGraphConfig(self.max_exits, self.allow_taps, self.max_depth)
         for fn in public_functions(module):
             refuse_outlined(fn, self.name, "the model as imported")
+            refuse_no_outputs(fn)
             graph = DataflowGraph(fn)
             stamp_nodes(graph)
             forget_decision(graph)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from iree.compiler import ir
 
 from collage_mlir.dialects import collage
-from collage_mlir.dialects.func import function_name
+from collage_mlir.dialects.func import find_function, function_name
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph, NodeKind
 
@@ -39,9 +39,20 @@ def refuse_outlined(fn: ir.Operation, pass_name: str, takes: str) -> None:
     """A CollageError when `fn` is outlined already (it calls region functions): the
     passes up to collage-outline work on the model's own ops (`takes`: which form)."""
     block = fn.regions[0].blocks[0]
-    if any(op.operation.name == "func.call" for op in block.operations):
+    calls = [op.operation for op in block.operations if op.operation.name == "func.call"]
+    if not calls:
+        return
+    callee = ir.FlatSymbolRefAttr(calls[0].attributes["callee"]).value
+    try:
+        region = collage.BACKEND in find_function(fn.parent, callee).attributes
+    except ValueError:
+        region = False
+    if region:
         raise CollageError(f"@{function_name(fn)} is outlined already (it calls region "
                            f"functions): {pass_name} takes {takes}")
+    raise CollageError(f"@{function_name(fn)} calls @{callee}: {pass_name} takes one "
+                       "function of ONNX ops (inline the calls first: "
+                       "--pass-pipeline='builtin.module(inline,...)')")
 
 
 def stamped_regions(fn: ir.Operation, pass_name: str
