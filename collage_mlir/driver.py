@@ -38,7 +38,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import forget_store, weight_store
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.graph.outline import outline_placed, region_name
-from collage_mlir.importer import import_onnx, parse_mlir
+from collage_mlir.importer import check_blobs_present, import_onnx, parse_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.placement import Placement
 from collage_mlir.progress import ProgressBar
@@ -180,7 +180,9 @@ def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Modul
         return model
     path = user_path(model)
     try:
-        module = parse_mlir(path.read_text(), str(path))
+        text = path.read_text()
+        check_blobs_present(text, str(path))
+        module = parse_mlir(text, str(path))
     except (OSError, UnicodeDecodeError) as e:
         raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
     refuse_partitioned(module, str(path))

@@ -20,7 +20,7 @@ from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
-from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token
+from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token, unquote_key
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, make_static
 
@@ -208,6 +208,27 @@ def check_resource_section(text: str, label: str) -> None:
             if m is None or len(m.group(2)) % 2:
                 raise CollageError(f"{label}:{first_line + k}: malformed resource blob "
                                    f"(expected name: \"0x<hex>\")")
+
+
+def check_blobs_present(text: str, label: str) -> None:
+    """Refuse a user's MLIR text whose `dense_resource<KEY>` names no blob of its resource
+    section (a hand edit, or IR printed with its blobs elided): the constant would fail
+    later in whichever backend read it first, which would be blamed."""
+    start = text.rfind("{-#")
+    body, section = (text, "") if start < 0 else (text[:start], text[start:])
+    keys = {unquote_key(m.group(1)) for line in section.splitlines() if '"0x' in line
+            and (m := RESOURCE_ENTRY.match(line))}
+    for k, line in enumerate(body.splitlines(), 1):
+        if "dense_resource<" not in line or line.lstrip().startswith("//"):
+            continue
+        for m in _BLOB_REF.finditer(line):
+            if unquote_key(m.group(1)) not in keys:
+                raise CollageError(f"{label}:{k}: dense_resource<{m.group(1)}> names no blob "
+                                   "in the file's resource section (printed with its blobs "
+                                   "elided?)")
+
+
+_BLOB_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')
 
 
 def parse_mlir(text: str, label: str = "<input>", context: ir.Context | None = None) -> ir.Module:
