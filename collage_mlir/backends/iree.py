@@ -47,10 +47,12 @@ allocation limit"): with 1 MiB, bert_base compiles in 10 s and matches onnxrunti
 Convolutions go through img2col into matmuls (IREE's tiled, ukernel path): compiled as
 direct NCHW convolutions they run 5-40x slower on x86 (a resnet50 3x3 convolution 64 ms
 against 1.9 ms); grouped and depthwise ones are left as they are."""
-RETRY_DROPPING = ("--iree-opt-data-tiling",)
+RETRY_DROPPING = ("--iree-opt-data-tiling", "--iree-opt-level=O3")
 """Flags a region that fails to compile is compiled again without, once, before it counts as
 failed. iree-base-compiler 3.13's data tiling breaks whole Mamba2-style models (an encoding
-put on an i1 mask, "large vector sizes" in a fused einsum) that compile without it."""
+put on an i1 mask, "large vector sizes" in a fused einsum) that compile without it; at O3
+an Add read both by a Softmax and as a graph output fails ("'vector.store' op write affecting
+operations on global resources"), which compiles at the default level."""
 DRIVER = "local-task"
 WORKER_STACK_BYTES = 16 << 20
 """Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;

@@ -247,6 +247,24 @@ def test_iree_compiles_a_region_again_without_data_tiling_when_it_fails(monkeypa
     assert len(retries) == 2 and all(set(f) < set(backend.flags) for f in retries)
 
 
+def test_iree_compiles_again_at_the_default_level_what_o3_cannot() -> None:
+    """iree-compile 3.13 at O3 fails on an Add read by a Softmax and returned as well
+    ("'vector.store' op write affecting operations on global resources"); the retry drops
+    O3 and the region runs right."""
+    backend = _backend("iree")
+    graph = _graph("""g (float[2,5,4] a, float[2,5,4] b) => (float[2,5,4] y, float[2,5,4] p) {
+      y = Add(a, b)
+      p = Softmax<axis=-1>(y)
+    }""")
+    module = SubGraph(graph, graph.op_bits).extract("all")
+    xs = list(np.random.default_rng(5).standard_normal((2, 2, 5, 4)).astype(np.float32))
+    want = OnnxRuntimeBackend().compile(module).run(xs)
+    [kernel] = backend.compile_many([module])
+    assert not isinstance(kernel, Exception), kernel
+    for got, w in zip(kernel.run(xs), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+
+
 def test_iree_cuda_builds_gpu_code_without_a_gpu(tmp_path) -> None:
     # iree-compile needs no GPU: the target is picked by trial compiles and the region's
     # vmfb carries NVPTX code; only loading and running it needs the device
