@@ -217,8 +217,10 @@ def infer_types(proto: onnx.ModelProto, label: str,
             out.type.tensor_type.ClearField("shape")
         elif out.name in given:  # an input or initializer returned as it is: its own type
             out.type.CopyFrom(given[out.name].type)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=True)
+    try:  # check_type: inputs one op's type binds alike must agree (no backend runs a
+        # LayerNormalization of float16 scale on float data, as a .half() export wrote)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=True,
+                                                     strict_mode=strict, data_prop=True)
     except Exception as e:
         first = str(e).strip().splitlines()[0]
         raise CollageError(f"{label}: shape inference failed: {first}") from None

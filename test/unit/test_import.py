@@ -158,6 +158,19 @@ def test_a_parse_error_names_file_line_and_column(tmp_path):
         load(str(path))
 
 
+def test_inputs_of_disagreeing_types_are_refused_at_import():
+    """A .half() export can leave a LayerNormalization with float data and a float16 scale:
+    no backend runs it, and the run failed late naming a region's internal node."""
+    value = oh.make_tensor_value_info
+    scale = oh.make_tensor("scale", onnx.TensorProto.FLOAT16, [4], np.ones(4, np.float16))
+    node = oh.make_node("LayerNormalization", ["x", "scale"], ["y"], name="ln", axis=-1)
+    graph = oh.make_graph([node], "g", [value("x", onnx.TensorProto.FLOAT, [2, 4])],
+                          [value("y", onnx.TensorProto.FLOAT, [2, 4])], initializer=[scale])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(CollageError, match=r"node name: ln\): Scale has inconsistent type"):
+        collage_mlir.import_onnx(model)
+
+
 def test_dangling_input_is_reported(tmp_path):
     node = oh.make_node("Relu", ["nowhere"], ["y"], name="r")
     graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", 1, [2])],
