@@ -64,7 +64,7 @@ from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
 from collage_mlir.search.search import STATE_LIMIT_NOTE, Uncovered, search
-from collage_mlir.static_shapes import InputShapes
+from collage_mlir.static_shapes import InputShapes, SampleShapes
 from collage_mlir.tensors import (
     Inputs,
     Tolerance,
@@ -161,7 +161,8 @@ def _seconds(value: object, zero: bool) -> bool:
 # -- import ---------------------------------------------------------------------------------
 
 
-def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Module:
+def load(model: ModelInput, input_shapes: InputShapes | None = None,
+         inputs: Inputs | None = None) -> ir.Module:
     """An MLIR module from a path (.onnx or .mlir), a ModelProto or a module (used as is).
 
     `input_shapes` (name → dims) specialises an ONNX model's dynamic inputs; MLIR input is
@@ -173,7 +174,7 @@ def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Modul
                            f"an ir.Module, got {type(model).__name__}{hint}")
     if isinstance(model, onnx.ModelProto) or (
             not isinstance(model, ir.Module) and user_path(model).suffix != ".mlir"):
-        return import_onnx(model, input_shapes=input_shapes)
+        return import_onnx(model, input_shapes=input_shapes, samples=_shapes_of(inputs))
     if input_shapes:
         raise CollageError("input shapes apply to ONNX models; MLIR input is static already")
     if isinstance(model, ir.Module):
@@ -187,6 +188,19 @@ def load(model: ModelInput, input_shapes: InputShapes | None = None) -> ir.Modul
         raise CollageError(f"{path}: {getattr(e, 'strerror', None) or e}") from None
     refuse_partitioned(module, str(path))
     return module
+
+
+def _shapes_of(inputs: Inputs | None) -> SampleShapes | None:
+    """The shapes of the user's inputs (by name or in order), for a dynamic model's
+    inputs; None when there are none (or they are of a kind `given_inputs` refuses)."""
+    try:
+        if isinstance(inputs, Mapping):
+            return {k: np.shape(v) for k, v in inputs.items()}
+        if isinstance(inputs, Sequence) and not isinstance(inputs, str | bytes):
+            return [np.shape(v) for v in inputs]
+    except ValueError:  # a ragged list: `given_inputs` says what is wrong with it
+        pass
+    return None
 
 
 def refuse_partitioned(module: ir.Module, label: str) -> None:
@@ -642,7 +656,7 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
     timings: dict[str, float] = {}
     with ExitStack() as stack:
         with _timed(timings, "import"):
-            module = load(model, options.input_shapes)
+            module = load(model, options.input_shapes, options.inputs)
             stack.enter_context(weight_store(module))
         result = _partition_module(module, options, estimator, timings)
         # a model the check or refinement kept is built from a copy of `module`, which

@@ -22,7 +22,7 @@ from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token, unquote_key
 from collage_mlir.paths import user_path
-from collage_mlir.static_shapes import InputShapes, make_static
+from collage_mlir.static_shapes import InputShapes, SampleShapes, make_static
 
 ModelLike = str | os.PathLike | onnx.ModelProto
 
@@ -130,11 +130,13 @@ def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
 
 def import_onnx(model: ModelLike, context: ir.Context | None = None,
                 min_opset: int | None = MIN_OPSET,
-                input_shapes: InputShapes | None = None) -> ir.Module:
+                input_shapes: InputShapes | None = None,
+                samples: SampleShapes | None = None) -> ir.Module:
     """Import an ONNX model (path or ModelProto) as an MLIR module with one `func.func`.
 
-    Every value gets a static shape: dynamic inputs take `input_shapes` (name → dims; an
-    input left dynamic is an error naming it), and shape computations are folded
+    Every value gets a static shape: dynamic inputs take `input_shapes` (name → dims), else
+    the shapes of the user's `samples` (an input left dynamic is an error naming it), and
+    shape computations are folded
     (`collage_mlir.static_shapes`). The function carries the ONNX input and output names as
     `collage.input_names` / `collage.output_names`, and the opset as
     `torch.onnx_meta.opset_version` (models older than `min_opset` are upgraded first; None
@@ -148,7 +150,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset)
     respell(proto)
-    proto = make_static(proto, label, input_shapes)
+    proto = make_static(proto, label, input_shapes, samples)
     canonicalize(proto)
     refuse_subgraphs(proto, label)
     name_unnamed_nodes(proto)

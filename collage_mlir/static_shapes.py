@@ -100,34 +100,60 @@ def model_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in proto.graph.input if i.name not in weights]
 
 
-def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None,
-                      label: str) -> onnx.ModelProto:
+SampleShapes = Mapping[str, Sequence[int]] | Sequence[Sequence[int]]
+"""The shapes of the inputs a user gave (by name, or in the model's input order)."""
+
+
+def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label: str,
+                      samples: SampleShapes | None = None) -> onnx.ModelProto:
     """`proto` with every input static: given shapes replace the declared ones (which they
-    must agree with where those are static); an input left dynamic is an error naming it."""
+    must agree with where those are static); a dynamic input given none takes its sample's
+    shape (`samples`: the shapes of the inputs the user gave); one left dynamic is an error
+    naming every such input."""
     shapes = dict(shapes or {})
     inputs = {i.name: i for i in model_inputs(proto)}
     unknown = sorted(set(shapes) - set(inputs))
     if unknown:
         raise CollageError(f"{label}: --input-shape names no input '{unknown[0]}' "
                            f"(inputs: {', '.join(inputs)})")
+    sampled = _by_name(samples, list(inputs))
+    dynamic = []
     for name, value in inputs.items():
         declared = _dims(value)
-        if name in shapes:
-            given = _given_dims(name, shapes[name])
+        static = declared is not None and all(isinstance(d, int) for d in declared)
+        given, how = ((shapes[name], "--input-shape gives") if name in shapes else
+                      (sampled[name], "the given input has shape") if name in sampled and
+                      not static else (None, ""))
+        if given is not None:
+            given = _given_dims(name, given)
             if declared is not None and (
                     len(declared) != len(given)
                     or any(isinstance(d, int) and d != g for d, g in zip(declared, given, strict=False))):
                 raise CollageError(f"{label}: input '{name}' is {format_dims(declared)}; "
-                                   f"--input-shape gives {format_dims(given)}")
+                                   f"{how} {format_dims(given)}")
             _refuse_beyond_memory(name, value, given, label)
             _set_dims(value, given)
-        elif declared is None or not all(isinstance(d, int) for d in declared):
-            example = "x".join(str(d) if isinstance(d, int) else "1" for d in declared or [1])
-            raise CollageError(
-                f"{label}: input '{name}' has dynamic shape {format_dims(declared or ['?'])}; "
-                f"give it a static one with --input-shape {name}={example} "
-                f"(input_shapes={{'{name}': ...}} in the API)")
+        elif not static:
+            dynamic.append((name, declared))
+    if dynamic:
+        said = ", ".join(f"'{n}' {format_dims(d or ['?'])}" for n, d in dynamic)
+        flags = " ".join(f"--input-shape {n}=" + "x".join(
+            str(d) if isinstance(d, int) else "1" for d in dims or [1]) for n, dims in dynamic)
+        raise CollageError(
+            f"{label}: input{'s' if len(dynamic) > 1 else ''} {said} "
+            f"{'have dynamic shapes' if len(dynamic) > 1 else 'has a dynamic shape'}; give "
+            f"static ones with {flags}, or sample inputs with --inputs (input_shapes= or "
+            "inputs= in the API)")
     return proto
+
+
+def _by_name(samples: SampleShapes | None, names: list[str]) -> dict[str, Sequence[int]]:
+    """`samples` keyed by input name (a sequence is in the model's input order)."""
+    if samples is None:
+        return {}
+    if isinstance(samples, Mapping):
+        return {k: v for k, v in samples.items() if k in names}
+    return dict(zip(names, samples, strict=False))
 
 
 def _given_dims(name: str, dims: Sequence[int] | str) -> list[int]:
@@ -521,11 +547,11 @@ def require_static(proto: onnx.ModelProto, types: dict[str, onnx.ValueInfoProto]
                     f"no static shape after folding ({shape}); collage needs static shapes")
 
 
-def make_static(proto: onnx.ModelProto, label: str,
-                input_shapes: InputShapes | None = None) -> onnx.ModelProto:
-    """Specialise the inputs, fold, and return the model with every value's static type
-    recorded (value_info and outputs), ready for the importer."""
-    specialize_inputs(proto, input_shapes, label)
+def make_static(proto: onnx.ModelProto, label: str, input_shapes: InputShapes | None = None,
+                samples: SampleShapes | None = None) -> onnx.ModelProto:
+    """Specialise the inputs (`specialize_inputs`), fold, and return the model with every
+    value's static type recorded (value_info and outputs), ready for the importer."""
+    specialize_inputs(proto, input_shapes, label, samples)
     fold_constants(proto, label)
     types = infer_types(proto, label, strict=True)
     require_static(proto, types, label)

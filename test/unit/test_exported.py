@@ -60,8 +60,9 @@ def test_exports_import_with_every_value_static(name: str) -> None:
 @pytest.mark.parametrize("name", ["tiny_bert_dynbatch", "tiny_bert_dynbatch_dynamo"])
 def test_dynamic_batch_needs_a_shape_and_takes_one(capsys, name: str) -> None:
     path = DATA / f"{name}.onnx"
-    with pytest.raises(CollageError, match=r"input 'input_ids' has dynamic shape \[batch,16\]"
-                                           r".*--input-shape input_ids=1x16"):
+    with pytest.raises(CollageError, match=r"inputs 'input_ids' \[batch,16\], 'attention_mask' "
+                       r"\[batch,16\] have dynamic shapes; give static ones with --input-shape "
+                       r"input_ids=1x16 --input-shape attention_mask=1x16, or sample inputs"):
         collage_mlir.import_onnx(path)
     assert cli.main(["import", str(path), "-o", "/dev/null"]) == 1
     assert "--input-shape" in capsys.readouterr().err
@@ -72,6 +73,25 @@ def test_dynamic_batch_needs_a_shape_and_takes_one(capsys, name: str) -> None:
     (got,) = whole_model_runner(module, "onnxruntime")(batch)
     assert got.shape == (2, *want.shape[1:])
     assert _relative(got[1:], want) < 1e-4
+
+
+def test_a_dynamic_model_takes_the_shapes_of_the_inputs_given() -> None:
+    """`partition --inputs` on a dynamic model: the samples' shapes stand in for
+    --input-shape where none is given (a static input keeps its own, and a sample of
+    another shape there is named)."""
+    path = DATA / "tiny_bert_dynbatch.onnx"
+    feeds, want = _reference("tiny_bert")
+    batch = {k: np.concatenate([v, v, v]) for k, v in feeds.items()}
+    model = collage_mlir.compile(path, backends=["onnxruntime"], cost="table:" + str(
+        Path(__file__).parents[1] / "data" / "mixing_costs.json"), inputs=batch, verify=False)
+    assert model.plan.inputs[0].shape == (3, 16)
+    (got,) = model.run(batch)
+    assert _relative(got[2:], want) < 1e-4
+    with pytest.raises(CollageError, match=r"input 'input_ids' is \[batch,16\]; the given "
+                                           r"input has shape \[3,15\]"):
+        collage_mlir.import_onnx(path, samples=[(3, 15), (3, 15)])
+    with pytest.raises(CollageError, match=r"input 'attention_mask' .*--input-shape attention"):
+        collage_mlir.import_onnx(path, samples={"input_ids": (3, 16)})
 
 
 def test_input_shapes_in_python_take_the_command_lines_spelling_or_integers() -> None:
