@@ -222,7 +222,7 @@ def index_limits(fn: ir.Operation) -> dict[int, IndexLimit]:
 
 def _op_named(op: ir.Operation) -> str:
     """`Gather '/embeddings/Gather'` by its ONNX node name; by its function when the text
-    kept no names (a saved model): `Gather in @main_graph_openvino_0`."""
+    kept no names (IR printed without locations): `Gather in @main_graph_openvino_0`."""
     name = onnx_view.node_name(op)
     where = f"'{name}'" if name else f"in @{function_name(op.parent)}"
     return f"{onnx_view.op_type(op)} {where}"

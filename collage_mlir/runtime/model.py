@@ -27,7 +27,7 @@ from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import share_store
-from collage_mlir.importer import parse_mlir
+from collage_mlir.importer import parse_mlir, print_mlir
 from collage_mlir.paths import user_path
 from collage_mlir.runtime.plan import Plan, build_plan, region_functions
 from collage_mlir.runtime.report import (
@@ -121,7 +121,8 @@ class PartitionedModel:
         self.refinement = None
         """`check.refine.Refinement` of the run that made it (not saved; its trials are)."""
         self.op_names: dict[str, list[str]] = {}
-        """Region → ONNX node names, as loaded (the saved text has no locations)."""
+        """Region → ONNX node names, as loaded (from the manifest: models saved before
+        model.mlir kept locations have names only there)."""
         self.baselines: list = []
         """The greedy baselines (`search.greedy.Baseline`, with their partitionings) of the
         run that made the model (not saved; their rows are)."""
@@ -332,7 +333,8 @@ class PartitionedModel:
         return final
 
     def _write(self, out: Path) -> None:
-        (out / "model.mlir").write_text(self.mlir)
+        # with locations: the ONNX node names, which messages about a loaded model quote
+        (out / "model.mlir").write_text(print_mlir(self.module, locations=True))
         regions = region_functions(self.module)
         entries = []
         for step in self.plan.steps:
