@@ -94,12 +94,13 @@ def element_bytes(element: str) -> int:
 
 
 def tensor_nbytes(t: ir.Type) -> int:
-    """Bytes of a vtensor value (unknown dims count as 1; 0 for a non-tensor type)."""
+    """Bytes of a vtensor value (unknown dims count as 1, so a dynamic value costs at least
+    one element; 0 for a non-tensor type or a dim of 0)."""
     parsed = tensor_type(t)
     if parsed is None:
         return 0
     shape, element = parsed
-    return math.prod(max(d, 1) for d in shape or ()) * element_bytes(element)
+    return math.prod(1 if d < 0 else d for d in shape or ()) * element_bytes(element)
 
 
 def is_none(value: ir.Value) -> bool:

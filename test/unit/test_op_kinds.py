@@ -47,3 +47,18 @@ def test_onnx_knows_every_listed_op():
     """A typo in the tables would silently make an op OPAQUE."""
     for name in set(OP_KINDS) | VARIADIC_OPS:
         assert onnx.defs.has(name), name
+
+
+@pytest.mark.parametrize("spelled, nbytes", [
+    ("!torch.vtensor<[2,8],f32>", 64), ("!torch.vtensor<[0,8],f32>", 0),
+    ("!torch.vtensor<[?,8],f32>", 32), ("!torch.vtensor<[],si64>", 8)])
+def test_a_tensors_bytes_count_an_empty_dim_as_empty(spelled, nbytes):
+    """A zero-size hand-off moves nothing (it was priced as one element); an unknown dim
+    counts as one."""
+    from iree.compiler import ir
+
+    from collage_mlir.context import make_context
+    from collage_mlir.dialects.onnx import tensor_nbytes
+
+    with make_context():
+        assert tensor_nbytes(ir.Type.parse(spelled)) == nbytes
