@@ -67,6 +67,7 @@ from collage_mlir.search.search import STATE_LIMIT_NOTE, Uncovered, search
 from collage_mlir.static_shapes import InputShapes, SampleShapes
 from collage_mlir.tensors import (
     Inputs,
+    TensorSpec,
     Tolerance,
     argument_specs,
     arrange_inputs,
@@ -218,7 +219,20 @@ def entry_graph(module: ir.Module) -> DataflowGraph:
     if len(fns) != 1:
         raise CollageError(f"expected one public function, found {len(fns)}")
     refuse_no_outputs(fns[0])
+    refuse_unrunnable_inputs(fns[0])
     return DataflowGraph(fns[0], owner=module)
+
+
+def refuse_unrunnable_inputs(fn: ir.Operation) -> None:
+    """Every input needs a static shape and an element type inputs can be made of (they
+    are measured and checked on made-up ones): a CollageError naming the first that has not."""
+    names = io_names(fn)[0]
+    for name, arg in zip(names, fn.regions[0].blocks[0].arguments, strict=True):
+        try:
+            TensorSpec.of(arg.type)
+        except ValueError as e:
+            hint = (" (import the .onnx with --input-shape)" if "dynamic" in str(e) else "")
+            raise CollageError(f"@{function_name(fn)}: input '{name}': {e}{hint}") from None
 
 
 def refuse_no_outputs(fn: ir.Operation) -> None:

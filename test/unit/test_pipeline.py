@@ -524,3 +524,20 @@ def test_three_backend_mix_on_random_weights(tmp_path):
 def test_the_api_names_an_argument_of_the_wrong_kind(model, kwargs, says):
     with pytest.raises(collage_mlir.CollageError, match=says):
         collage_mlir.compile(model, **kwargs)
+
+
+@pytest.mark.parametrize("arg, says", [
+    ("!torch.vtensor<[?,8],f32>", r"input 'input_0': dynamic shape .*--input-shape"),
+    ("!torch.vtensor<[1,8],bf16>", r"input 'input_0': no input rule for element type bf16"),
+])
+def test_mlir_inputs_that_cannot_be_made_are_named_before_any_work(tmp_path, arg, says):
+    """A dynamic or bfloat16 input of an .mlir model failed late, in the final compile's
+    probe ("measure needs static shapes"), whatever the costs."""
+    path = tmp_path / "m.mlir"
+    path.write_text(f"""func.func @f(%arg0: {arg}) -> {arg} attributes {{torch.onnx_meta.opset_version = 17 : si64}} {{
+  %0 = torch.operator "onnx.Relu"(%arg0) : ({arg}) -> {arg}
+  return %0 : {arg}
+}}""")
+    with pytest.raises(collage_mlir.CollageError, match=says):
+        collage_mlir.compile(str(path), backends=["onnxruntime"], cost="table:" + str(
+            Path(__file__).parents[1] / "data" / "mixing_costs.json"))
