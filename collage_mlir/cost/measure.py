@@ -73,6 +73,7 @@ from collage_mlir.cost.remote import Group, Outcome, RemoteExecutor, RemoteItem,
 from collage_mlir.cost.remote import machine_load as machine_load
 from collage_mlir.cost.timing import CUT_SHORT
 from collage_mlir.errors import CollageError
+from collage_mlir.export import with_onnx_names
 from collage_mlir.export.resources import WeightStore, portable_text, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
@@ -482,7 +483,7 @@ class MeasuringEstimator(CostEstimator):
                 if m.status != OK:
                     c = candidates[i]
                     self._memo(c.sub_graph.graph).reasons[_reason_key(c)] = \
-                        f"{m.status}: {m.error}"
+                        f"{m.status}: {with_onnx_names(m.error or '', c.sub_graph)}"
                 done += 1
             if progress:
                 progress(done, total)

@@ -6,8 +6,9 @@ from collage_mlir.export.onnx_export import (
     export_graph,
     exported_owners,
     node_name,
+    with_onnx_names,
 )
 from collage_mlir.export.resources import module_resources, parse_resources
 
 __all__ = ["ExportError", "export_function", "export_graph", "exported_owners", "module_resources",
-           "node_name", "parse_resources"]
+           "node_name", "parse_resources", "with_onnx_names"]

@@ -9,6 +9,7 @@ are deterministic (`node_name(k)`) so a backend's per-node answers map back to g
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,24 @@ def exported_owners(sub: SubGraph) -> dict[str, int]:
     owners = {node_name(k): i for k, i in enumerate(ops)}
     owners.update((f"output_{k}", n) for k, (n, _) in enumerate(sub.output_values))
     return owners
+
+
+def with_onnx_names(text: str, sub: SubGraph) -> str:
+    """`text` (a backend's message about region `sub`, exported) with each node name the
+    export gave (`n7`) followed by the ONNX node name behind it, which the user can find:
+    "in node (n2 '/encoder/layer.0/LayerNormalization')"."""
+    owners = exported_owners(sub)
+
+    def named(m: re.Match[str]) -> str:
+        i = owners.get(m.group(0))
+        op = sub.graph.nodes[i].op if i is not None else None
+        name = onnx_view.node_name(op) if op is not None else ""
+        return f"{m.group(0)} '{name}'" if name else m.group(0)
+
+    return _EXPORTED_NAME.sub(named, text)
+
+
+_EXPORTED_NAME = re.compile(r"(?<![\w/.'])n\d+(?![\w/.'])")
 
 
 def find_function(module: ModuleLike, func_name: str | None = None) -> ir.Operation:

@@ -237,3 +237,25 @@ def test_inputs_are_cast_only_where_no_value_changes(given, takes, ok):
     else:
         with pytest.raises(CollageError, match=r"input 'x' (is|holds) "):
             arrange_inputs(["x"], [spec], [given])
+
+
+def test_backend_messages_get_the_onnx_names_of_exported_nodes():
+    """A region is exported with nodes named n0, n1, ...; a backend's message quoting them
+    is shown with the ONNX node names the user can find."""
+    from collage_mlir.driver import entry_graph
+    from collage_mlir.export import with_onnx_names
+    from collage_mlir.graph import SubGraph
+
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["a"], name="/enc/Relu"),
+         onnx.helper.make_node("Abs", ["a"], ["y"], name="/enc/Abs")], "g",
+        [value("x", onnx.TensorProto.FLOAT, [2, 3])], [value("y", onnx.TensorProto.FLOAT, [2, 3])])
+    module = import_onnx(onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 17)]))
+    g = entry_graph(module)
+    abs_only = SubGraph(g, 1 << next(n.index for n in g.op_nodes() if n.op_type == "Abs"))
+    assert with_onnx_names("bad type in node (n0); n12, /x/n0 stay", abs_only) == \
+        "bad type in node (n0 '/enc/Abs'); n12, /x/n0 stay"
+    whole = SubGraph(g, g.op_bits)
+    assert with_onnx_names("n0 then n1", whole) == "n0 '/enc/Relu' then n1 '/enc/Abs'"
