@@ -59,6 +59,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_tolerance_arguments(p)
 
 
+_TAKES = {"backend": ("list", "clear", "remeasure"), "noisy": ("remeasure",),
+          "max_spread": ("remeasure",), "max_load": ("remeasure",), "model": ("remeasure",)}
+"""Options → the actions they apply to (the other actions refuse them: `clear --noisy`
+cleared every row)."""
+_WITH_MODEL = ("backends", "max_depth", "timeout", "input_shape", "rtol", "atol_scale")
+"""Options that apply to `remeasure --model` only."""
+
+
+def _refuse_foreign_options(args: argparse.Namespace) -> None:
+    """A CollageError naming the first option given that `args.action` does not take."""
+    defaults = argparse.ArgumentParser()
+    add_arguments(defaults)
+    for dest in [*_TAKES, *_WITH_MODEL]:
+        if getattr(args, dest) == defaults.get_default(dest):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if dest in _TAKES and args.action not in _TAKES[dest]:
+            raise CollageError(f"cache {args.action} takes no {flag} (it applies to "
+                               f"{', '.join(_TAKES[dest])})")
+        if dest in _WITH_MODEL and not (args.action == "remeasure" and args.model):
+            raise CollageError(f"cache {args.action}: {flag} applies to remeasure --model only")
+
+
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.cost.cache import cache_exists, default_cache_location, open_cache
 
@@ -67,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise CollageError(f"cache {args.action}: " + (
             "say which file (cache export FILE / cache import FILE)" if args.file is None
             else f"takes no file ({args.file})"))
-    if args.action not in ("clear", "import") and not cache_exists(location):
+    _refuse_foreign_options(args)
+    if args.action != "import" and not cache_exists(location):
         raise CollageError(f"{location}: no cache here yet (run `collage-mlir measure` first)")
     if args.action == "remeasure" and not args.noisy:
         raise CollageError("cache remeasure: say which entries (--noisy)")
@@ -77,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         from collage_mlir.tools.args import check_output_file
 
         check_output_file(args.file)
+        _refuse_overwriting_a_database(args.file, location)
     writes = args.action in ("clear", "remeasure", "import")
     with open_cache(location, readonly=not writes) as cache:
         if args.backend and args.action in ("list", "clear", "remeasure"):
@@ -99,6 +124,23 @@ def run(args: argparse.Namespace) -> int:
             which = f" of {args.backend}" if args.backend else ""
             sys.stdout.write(f"cleared {n} measurements{which} from {cache.location}\n")
     return 0
+
+
+def _refuse_overwriting_a_database(file: str, location: str) -> None:
+    """The export must not replace the cache itself (`cache export cache.sqlite` emptied
+    it before reading it) nor any other SQLite file."""
+    from collage_mlir.paths import user_path
+
+    path = user_path(file)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return  # a new file (check_output_file has said whether it can be written)
+    if head == b"SQLite format 3\0":
+        same = "://" not in location and path.resolve() == user_path(location).resolve()
+        raise CollageError(f"{path}: is {'the cache itself' if same else 'an SQLite database'}"
+                           "; export writes JSON lines to a new file (cache export FILE)")
 
 
 def _check_backend(cache, backend: str) -> None:
@@ -152,7 +194,7 @@ def _import(cache, text: str, file: str) -> None:
 
     read, written = import_cache(cache, text.splitlines(), "stdin" if file == "-" else file)
     sys.stdout.write(f"imported {_counts(written)} into {cache.location} (read "
-                     f"{_counts(read)}; a row older than the one cached is not written)\n")
+                     f"{_counts(read)}; a row no newer than the one cached is not written)\n")
 
 
 def _stats(cache) -> None:

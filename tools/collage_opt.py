@@ -14,7 +14,7 @@ import sys
 from typing import TextIO
 
 from collage_mlir.errors import CollageError
-from collage_mlir.importer import check_blobs_present, import_onnx, parse_mlir, print_mlir
+from collage_mlir.importer import import_onnx, parse_mlir, print_mlir
 from collage_mlir.passes.pipeline import Pipeline
 from collage_mlir.passes.registry import get_pass_class, pass_names
 from collage_mlir.tools.args import (
@@ -62,7 +62,6 @@ def list_passes(out: TextIO) -> None:
 
 
 def process(text: str, label: str, pipeline: Pipeline | None, locations: bool = False) -> str:
-    check_blobs_present(text, label)
     module = parse_mlir(text, label)
     if pipeline:
         pipeline.run(module)

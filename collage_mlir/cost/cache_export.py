@@ -129,6 +129,8 @@ def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:
                                        extra and f"unknown {', '.join(extra)}"]))
         raise CollageError(f"{where}: {table} row: {what}")
     for column, kind in types.items():
+        if kind == _MAYBE_REAL and _number(row[column]) and math.isnan(row[column]):
+            row[column] = None  # unknown (PostgreSQL keeps NaN where SQLite keeps NULL)
         if not _fits(row[column], kind):
             raise CollageError(f"{where}: {table} row: {column} = {row[column]!r} is not "
                                f"{_KIND_NAMES[kind]}")
@@ -143,10 +145,12 @@ def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:
                                    "(a measured time is a finite number of seconds, ≥ 0)")
     if table == "capabilities":
         try:
-            int(row["bits"], 16)
+            bits = int(row["bits"], 16)
         except ValueError:
+            bits = -1
+        if bits < 0:
             raise CollageError(f"{where}: capabilities row: bits {row['bits']!r} is not "
-                               "hexadecimal") from None
+                               "a hexadecimal bit set") from None
     return row
 
 
@@ -154,9 +158,18 @@ _MEASURED = {"measurements": ("median", "p90"), "transitions": ("per_call", "per
              "capabilities": ()}
 """The columns an `ok` row must hold a time in."""
 
-_KIND_NAMES = {_TEXT: "a string", _REAL: "a number", _MAYBE_REAL: "a number or null",
-               _INT: "an integer", _BOOL: "true or false",
-               _POINTS: "a list of [bytes, seconds]"}
+_KIND_NAMES = {_TEXT: "a string (UTF-8)", _REAL: "a finite number",
+               _MAYBE_REAL: "a number or null", _INT: "a count (integer, 0..2^63-1)",
+               _BOOL: "true or false", _POINTS: "a list of [bytes, seconds]"}
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` is storable (a lone surrogate from JSON's \\ud800 is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _number(v: Any) -> bool:
@@ -165,13 +178,13 @@ def _number(v: Any) -> bool:
 
 def _fits(v: Any, kind: int) -> bool:
     if kind == _TEXT:
-        return isinstance(v, str)
+        return isinstance(v, str) and _encodable(v)
     if kind == _REAL:
-        return _number(v) and not math.isnan(v)
+        return _number(v) and math.isfinite(v)
     if kind == _MAYBE_REAL:
         return v is None or _number(v)
-    if kind == _INT:
-        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == _INT:  # counts, as the databases' 64-bit integers hold them
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
     if kind == _BOOL:
         return isinstance(v, bool)
     return isinstance(v, list) and all(

@@ -114,9 +114,9 @@ CHUNK = 500
 def upsert(table: str, columns: Sequence[str], newer_only: bool = False,
            key: str = "key") -> str:
     """Insert a row or replace the one with its `key` (`newer_only`: only by a row created
-    no earlier than it)."""
+    after it; the same row imported again leaves the one held, with its remeasure mark)."""
     sets = ", ".join(f"{c} = excluded.{c}" for c in columns if c != key)
-    where = f" WHERE excluded.created >= {table}.created" if newer_only else ""
+    where = f" WHERE excluded.created > {table}.created" if newer_only else ""
     return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
             f"({', '.join('?' * len(columns))}) ON CONFLICT ({key}) DO UPDATE SET {sets}{where}")
 
@@ -406,7 +406,7 @@ class CacheStore(ABC):
             chunk = rows[i:i + CHUNK]
             have = dict(self._rows(f"SELECT key, created FROM {table} WHERE key IN "
                                    f"({_marks(len(chunk))})", [r[0] for r in chunk]))
-            written += sum(r[0] not in have or r[created] >= have[r[0]] for r in chunk)
+            written += sum(r[0] not in have or r[created] > have[r[0]] for r in chunk)
             self._run_many(upsert(table, columns, newer_only=True), chunk)
         return written
 

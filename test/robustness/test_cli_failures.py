@@ -95,6 +95,31 @@ def test_cache_commands_refuse_a_misspelled_backend_and_mark_nothing_first(work)
         assert conn.execute("SELECT count(*) FROM measurements WHERE stale").fetchone()[0] == 0
 
 
+def test_cache_actions_refuse_the_options_of_others_and_export_overwrites_no_database(
+        work) -> None:
+    """`cache clear --noisy` (or `--model M`) cleared every row; `cache export c.sqlite`
+    emptied the cache it was exporting; `clear` on a misspelt path made an empty cache."""
+    cache = str(work / "c.sqlite")
+
+    def rows() -> int:
+        with sqlite3.connect(cache) as conn:
+            return conn.execute("SELECT count(*) FROM measurements").fetchone()[0]
+
+    held = rows()
+    assert held > 0
+    for extra, says in ((("--noisy",), "cache clear takes no --noisy"),
+                        (("--model", "m.onnx"), "cache clear takes no --model"),
+                        (("--max-depth", "2"), "--max-depth applies to remeasure --model")):
+        one_line_error(cli("cache", "clear", *extra, "--cache", cache), says)
+    one_line_error(cli("cache", "export", str(work / "x.jsonl"), "--backend", "openvino",
+                       "--cache", cache), "cache export takes no --backend")
+    one_line_error(cli("cache", "export", cache, "--cache", cache), "is the cache itself")
+    assert rows() == held
+    one_line_error(cli("cache", "clear", "--cache", str(work / "typo.sqlite")),
+                   "no cache here yet")
+    assert not (work / "typo.sqlite").exists()
+
+
 def test_read_only_cache_is_refused_for_measuring_and_read_for_stats(work) -> None:  # item 1
     ro = work / "ro" / "c.sqlite"
     ro.parent.mkdir()

@@ -498,11 +498,14 @@ def test_import_keeps_the_newest_row_of_each_key(location):
         export_cache(c, exported)
         c.put(old)  # an older row replaced the newer meanwhile
         lines = exported.getvalue().splitlines()
-        assert import_cache(c, lines, "x")[1]["measurements"] == 2
+        assert import_cache(c, lines, "x")[1]["measurements"] == 1  # b is held as it is
         assert c.get("a") == new
         c.put(Measurement(**{**new.__dict__, "created": 300.0}))
-        assert import_cache(c, lines, "x")[1]["measurements"] == 1  # b only
+        assert import_cache(c, lines, "x")[1]["measurements"] == 0
         assert c.get("a").created == 300.0
+        c.put(Measurement(**{**c.get("b").__dict__, "stale": True}))  # marked to remeasure
+        import_cache(c, lines, "x")  # the same row again does not undo the mark
+        assert c.get("b").stale
 
 
 @pytest.mark.parametrize("line, error", [

@@ -541,3 +541,31 @@ def test_mlir_inputs_that_cannot_be_made_are_named_before_any_work(tmp_path, arg
     with pytest.raises(collage_mlir.CollageError, match=says):
         collage_mlir.compile(str(path), backends=["onnxruntime"], cost="table:" + str(
             Path(__file__).parents[1] / "data" / "mixing_costs.json"))
+
+
+def test_an_mlir_constant_naming_no_blob_is_refused_with_its_line(tmp_path):
+    """A hand edit, or IR printed with its blobs elided: the constant failed in the first
+    backend to read it, which was then blamed ("backend 'openvino' could not say ...")."""
+    t = "!torch.vtensor<[4],f32>"
+    path = tmp_path / "m.mlir"
+    path.write_text(f"""func.func @f(%arg0: {t}) -> {t} attributes {{torch.onnx_meta.opset_version = 17 : si64}} {{
+  // dense_resource<W9> in a comment is no reference
+  %w = torch.operator "onnx.Constant"() {{torch.onnx.value = dense_resource<W1> : tensor<4xf32>}} : () -> {t}
+  %v = torch.operator "onnx.Constant"() {{torch.onnx.value = dense_resource<W3> : tensor<4xf32>}} : () -> {t}
+  %a = torch.operator "onnx.Add"(%arg0, %w) : ({t}, {t}) -> {t}
+  %b = torch.operator "onnx.Mul"(%a, %v) : ({t}, {t}) -> {t}
+  return %b : {t}
+}}
+
+{{-#
+  dialect_resources: {{
+    builtin: {{
+      W1: "0x040000000000803F0000803F0000803F0000803F"
+    }}
+  }}
+#-}}
+""")
+    with pytest.raises(collage_mlir.CollageError, match=r"m.mlir:4: dense_resource<W3> names "
+                                                        r"no blob in the file's resource section"):
+        collage_mlir.compile(str(path), backends=["onnxruntime"], cost="table:" + str(
+            Path(__file__).parents[1] / "data" / "mixing_costs.json"))
