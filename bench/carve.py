@@ -25,7 +25,7 @@ import collage_mlir
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import time_side_by_side
 from collage_mlir.check.refine import build_neighbour
-from collage_mlir.driver import entry_graph
+from collage_mlir.driver import entry_graph, usable_backends
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import DataflowGraph, SubGraph
 from collage_mlir.placement import node_name
@@ -33,6 +33,8 @@ from collage_mlir.runtime.model import PartitionedModel
 from collage_mlir.search.islands import carve
 from collage_mlir.search.partitioning import Choice, Partitioning
 from collage_mlir.tensors import model_inputs
+from collage_mlir.tools.args import positive_int
+from collage_mlir.tools.guard import guarded
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ceiling  # noqa: E402
@@ -95,18 +97,21 @@ def ceiling_islands(source, top: int, rounds: int) -> list[list[str]]:
     return [list(pair.groups.get(anchor, (anchor,))) for anchor, _ in pair.differing(top)]
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help=help_text())
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("--islands", help="ONNX node names, ',' within an island, ';' between")
-    group.add_argument("--ceiling", type=int, help="carve bench/ceiling.py's N best anchors")
+    group.add_argument("--ceiling", type=positive_int,
+                       help="carve bench/ceiling.py's N best anchors")
     ap.add_argument("--outer", default="openvino")
     ap.add_argument("--inner", default="onnxruntime")
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=positive_int, default=10)
     args = ap.parse_args()
     if not known_model(args.model):
         ap.error(f"unknown model {args.model}: use {help_text()}")
+    if usable_backends([args.outer, args.inner]) != [args.outer, args.inner]:
+        ap.error(f"--outer {args.outer} and --inner {args.inner} must be two usable backends")
     label, source = resolve(args.model)
     groups = (groups_of(args.islands) if args.islands is not None
               else ceiling_islands(source, args.ceiling, args.rounds))
@@ -135,7 +140,8 @@ def main() -> None:
     print("  carved model's regions, median call inside whole runs:")
     for name, s in calls.items():
         print(f"    {name}: {s * 1e3:.2f} ms")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded("bench/carve.py", main))

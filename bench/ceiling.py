@@ -57,6 +57,8 @@ from onnx import helper
 from collage_mlir.backends.openvino import runtime_origins
 from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.static_shapes import make_static
+from collage_mlir.tools.args import positive_int
+from collage_mlir.tools.guard import guarded
 
 sys.path.insert(0, os.path.dirname(__file__))
 import models  # noqa: E402
@@ -487,13 +489,14 @@ def batched_shapes(model: onnx.ModelProto, batch: int) -> dict[str, list[int]]:
     return out
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,mobilenet_v2,fast_neural_style,deepspeech2")
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--top", type=int, default=3, help="anchors listed where winners differ")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--batch", type=int, default=None,
+    ap.add_argument("--rounds", type=positive_int, default=20)
+    ap.add_argument("--top", type=positive_int, default=3,
+                    help="anchors listed where winners differ")
+    ap.add_argument("--threads", type=positive_int, default=os.cpu_count() or 1)
+    ap.add_argument("--batch", type=positive_int, default=None,
                     help="every input's first dimension (a model exported with "
                          "`bench/models.py --dynamic-batch`, or an .onnx path with one)")
     args = ap.parse_args()
@@ -533,7 +536,8 @@ def main() -> None:
         print("\nAnchors where the slower whole model's backend is faster (ms per run; the "
               "data a cut around each would hand off, which the ceiling counts as free):")
         print("\n".join(f"- {n}" for n in notes))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded("bench/ceiling.py", main))

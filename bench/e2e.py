@@ -65,6 +65,7 @@ from collage_mlir.driver import (
     entry_graph,
     make_estimator,
     tolerance,
+    usable_backends,
 )
 from collage_mlir.export.resources import weight_store
 from collage_mlir.graph import SubGraph, SubGraphConfig
@@ -72,6 +73,8 @@ from collage_mlir.search.greedy import Baseline
 from collage_mlir.search.partitioning import Choice, Partitioning, check_cover
 from collage_mlir.static_shapes import parse_input_shape
 from collage_mlir.tensors import model_inputs
+from collage_mlir.tools.args import positive_int
+from collage_mlir.tools.guard import guarded
 
 sys.path.insert(0, os.path.dirname(__file__))
 import ceiling  # noqa: E402
@@ -359,7 +362,7 @@ def region_cell(errors: dict[str, tuple[float, float]]) -> str:
     return f"{statistics.median(rel):.0%} of {len(rel)}" if rel else "–"
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(ZOO),
                    help="zoo names, light:NAME (light model-zoo) or .onnx paths")
@@ -372,7 +375,7 @@ def main() -> None:
                    help="outputs' relative tolerance (as `collage-mlir partition --rtol`)")
     p.add_argument("--atol-scale", type=float, default=None,
                    help="outputs' absolute tolerance as a fraction of their magnitude")
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--rounds", type=positive_int, default=20)
     p.add_argument("--cache", default=None)
     p.add_argument("--max-depth", type=int, default=None)
     p.add_argument("--no-single", dest="single", action="store_const", const="",
@@ -407,7 +410,8 @@ def main() -> None:
     unknown = [n for n in args.models.split(",") if not known_model(n)]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}: use {help_text()}")
-    backends = args.backends.split(",")
+    backends = usable_backends([b for b in args.backends.split(",") if b],  # skips, says why
+                               say=lambda line: print(line, file=sys.stderr))
     args.single = set((args.backends if args.single is None else args.single).split(","))
     args.whole = set((args.backends if args.whole is None else args.whole).split(","))
     cols = ["mix"] + backends + [f"{b}/collage" for b in backends if b in args.single]
@@ -416,18 +420,20 @@ def main() -> None:
             "| region err | regions | check kept | max err "
             "| partition s | measure s | search s | verify s |")
     print("|---" * (len(cols) + 16) + "|")
-    outcomes = []
+    outcomes, failed = [], []
     for name in args.models.split(","):
         try:
             resolve(name, args.splat)  # exported once, here: a zoo model torch cannot export
         except Exception as e:  # is reported and the others still run
             why = (str(e).strip().splitlines() or [repr(e)])[0]
             print(f"| {name} | does not export: {why} |", flush=True)
+            failed.append(name)
             continue
         try:
             row = bench_model(name, backends, args)
         except collage_mlir.CollageError as e:
             print(f"| {name} | failed: {e} |")
+            failed.append(name)
             continue
         best = min(row[b] for b in backends if b in row)
         noise = run_noise(row, backends)
@@ -483,7 +489,10 @@ def main() -> None:
                 print(f"|   {region}: est. {e * 1e3:.3f} ms, measured {m * 1e3:.3f} ms "
                       f"({(e - m) / m:+.0%}) |")
     print("\n".join(summary(outcomes, args.differ)))
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded("bench/e2e.py", main))

@@ -26,13 +26,17 @@ import itertools
 import json
 import math
 import statistics
+import sys
 import time
 
 import numpy as np
 
 from collage_mlir.backends.registry import available_backends, get_backend
 from collage_mlir.cost import transition
+from collage_mlir.driver import usable_backends
 from collage_mlir.importer import parse_mlir
+from collage_mlir.tools.args import check_output_file, positive_int
+from collage_mlir.tools.guard import guarded
 
 SIZES = (256, 65_536, 1_048_576)
 
@@ -169,20 +173,27 @@ def settings_table(names: list[str], sizes: list[int], rounds: int) -> None:
         print(f"| {label_} | " + " | ".join(cells) + " |", flush=True)
 
 
-def main() -> None:
+def _sizes(text: str) -> list[int]:
+    """`--sizes`: element counts, comma-separated, each at least 1."""
+    return [positive_int(s) for s in text.split(",")]
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=positive_int, default=9)
     parser.add_argument("--backends", default=",".join(available_backends()))
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--sizes", type=_sizes, default=list(SIZES))
     parser.add_argument("--json", help="also write the medians here")
     parser.add_argument("--settings", action="store_true",
                         help="compare thread settings and wait policies instead")
     args = parser.parse_args()
-    names = args.backends.split(",")
-    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.json:
+        check_output_file(args.json)  # before the run, not after it
+    names = usable_backends([b for b in args.backends.split(",") if b])
+    sizes = args.sizes
     if args.settings:
         settings_table(names, sizes, args.rounds)
-        return
+        return 0
     by_size = {n: rings(names, n) for n in sizes}
     xs = {n: [ring_input(n)] for n in sizes}
     samples: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
@@ -210,7 +221,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump([{"a": a, "b": b, "elements": n, "seconds": t, "chain": chain[(a, b, n)]}
                        for (a, b, n), t in med.items()], f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded("bench/handoff.py", main))

@@ -370,3 +370,25 @@ def test_version() -> None:  # item 15
 def test_cache_integrity_after_all_of_it(work) -> None:
     with sqlite3.connect(work / "c.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["handoff.py", "--rounds", "0"], "--rounds: must be a positive integer"),
+    (["handoff.py", "--sizes", "abc"], "--sizes: 'abc' is not an integer"),
+    (["handoff.py", "--backends", "onnxruntime,nosuch"], "unknown backend 'nosuch'"),
+    (["handoff.py", "--json", "/nonexistent/x.json"], "folder '/nonexistent' does not exist"),
+    (["carve.py", "{model}", "--ceiling", "0"], "--ceiling: must be a positive integer"),
+    (["carve.py", "{model}", "--islands", "x", "--outer", "nosuch"], "unknown backend 'nosuch'"),
+    (["ceiling.py", "--rounds", "-1"], "--rounds: must be a positive integer"),
+    (["e2e.py", "--backends", "onnxruntime,nosuch"], "unknown backend 'nosuch'"),
+])
+def test_the_bench_tools_the_readme_names_answer_a_mistake_in_one_line(argv, says) -> None:
+    """They printed tracebacks (or ran on and answered with zeros) for a bad flag."""
+    bench = Path(__file__).parents[2] / "bench"
+    model = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
+    script, *args = argv
+    args = [a.replace("{model}", str(model)) for a in args]
+    r = subprocess.run([sys.executable, str(bench / script), *args], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+    assert says in r.stderr.strip().splitlines()[-1]
