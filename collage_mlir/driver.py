@@ -51,6 +51,7 @@ from collage_mlir.runtime.report import (
     run_notes,
     summarize_op_types,
 )
+from collage_mlir.scratch import sweep
 from collage_mlir.search.islands import (
     ISLAND_RULE,
     TIMING_SLACK,
@@ -663,11 +664,21 @@ def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
 
 
+def sweep_abandoned() -> None:
+    """Remove the temporary folders that killed runs left (`scratch.sweep`), saying so on
+    stderr: a run killed for memory leaves the model's weights behind."""
+    swept, size = sweep()
+    if swept:
+        print(f"collage: removed {swept} temporary folder(s) that killed runs left "
+              f"({size / 1e6:.0f} MB)", file=sys.stderr, flush=True)
+
+
 def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
               estimator: CostEstimator | None = None) -> PartitionedModel:
     """Every phase in order. A given `estimator` stays open (its owner closes it); by
     default the end-to-end check runs only when costs are measured here."""
     timings: dict[str, float] = {}
+    sweep_abandoned()
     with ExitStack() as stack:
         with _timed(timings, "import"):
             module = load(model, options.input_shapes, options.inputs)

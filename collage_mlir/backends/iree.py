@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.scratch import ScratchDir
 from collage_mlir.tensors import result_specs
 
 DEFAULT_FLAGS = (
@@ -174,7 +174,7 @@ def _input_conversion_failures(modules: list[ir.Module]) -> set[int] | None:
     """None when IREE's input conversion takes every module in one compile; else the indices
     of the modules its errors point at (empty when they cannot be placed)."""
     combined, names = combine(modules, "probe")
-    with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
+    with ScratchDir("iree") as work:
         try:
             _compile(combined, ["--compile-to=input"], Path(work))
         except Exception as e:
@@ -456,7 +456,7 @@ class IreeBackend(Backend):
                        ) -> tuple[Any, Any, list[str]]:
         """(context, vmfb, function names) of one compile of all `modules` (with `flags`, by
         default the backend's), or a `_JointFailure` naming the modules its errors point at."""
-        with tempfile.TemporaryDirectory(prefix="collage-iree-") as work:
+        with ScratchDir("iree") as work:
             names: list[str] = []
             try:
                 combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)

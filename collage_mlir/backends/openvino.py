@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.scratch import HELD, ScratchDir
 
 DEVICE = "CPU"
 FUSED_SUFFIX = ".ovfused.json"
@@ -339,16 +339,21 @@ def _arg_names(module: ir.Module) -> list[str]:
 
 
 _kept_count = itertools.count()
+_kept_dir: dict[int, ScratchDir] = {}  # pid → this process's folder of kept names
 
 
 def _kept_name(path: Path) -> Path:
-    """A second name (a hard link in the temporary folder) for the blob at `path`, so that
-    a kernel imported from it can still be saved once `path` is gone: a probe's scratch
-    folder goes once its kernels are loaded, and OpenVINO cannot export an imported model
-    in a form it reads back. `path` itself where no link can be made (another file
-    system). The caller removes the name with the kernel (`weakref.finalize`, which also
-    runs at exit)."""
-    kept = Path(tempfile.gettempdir()) / f"collage-ov-{os.getpid()}-{next(_kept_count)}.ovblob"
+    """A second name (a hard link in this process's held temporary folder) for the blob at
+    `path`, so that a kernel imported from it can still be saved once `path` is gone: a
+    probe's scratch folder goes once its kernels are loaded, and OpenVINO cannot export an
+    imported model in a form it reads back. `path` itself where no link can be made
+    (another file system). The caller removes the name with the kernel
+    (`weakref.finalize`, which also runs at exit); the folder goes at exit, or is swept
+    (`scratch.sweep`) after a kill."""
+    pid = os.getpid()  # a forked child makes its own
+    if pid not in _kept_dir:
+        _kept_dir[pid] = ScratchDir("ov")
+    kept = Path(_kept_dir[pid].name) / f"{next(_kept_count)}.ovblob"
     try:
         os.link(path, kept)
     except OSError:
@@ -357,5 +362,12 @@ def _kept_name(path: Path) -> Path:
 
 
 def _unlink(path: Path) -> None:
+    """Remove a kept name; with the last one, this process's folder of them (a probe's
+    child is killed once it has answered, before its exit could remove it)."""
     with contextlib.suppress(OSError):
         path.unlink()
+    folder = _kept_dir.get(os.getpid())
+    if folder is not None and path.parent == Path(folder.name):
+        with contextlib.suppress(OSError):
+            if all(p.name == HELD for p in path.parent.iterdir()):
+                _kept_dir.pop(os.getpid()).cleanup()

@@ -33,7 +33,6 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import portable_text, store_of
 from collage_mlir.graph.outline import region_name
 from collage_mlir.runtime.report import Rejection
+from collage_mlir.scratch import ScratchDir
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.search import STATE_LIMIT_NOTE, search
 from collage_mlir.tensors import Tolerance
@@ -82,7 +82,7 @@ class Probed:
     saved: dict[str, str] = field(default_factory=dict)
     rejected: list[Rejection] = field(default_factory=list)
     costs: list[float] = field(default_factory=list)
-    scratch: tempfile.TemporaryDirectory | None = None
+    scratch: ScratchDir | None = None
     whole: dict[str, str] = field(default_factory=dict)
     """Backend → stem of its whole-model kernel, for the end-to-end check."""
 
@@ -143,7 +143,7 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         specs = _backend_specs(pick, alternatives, reference)
         if specs is None:  # a backend this process alone knows: no probe
             return Probed(pick, alternatives, costs=costs)
-        scratch = tempfile.TemporaryDirectory(prefix="collage-final-")
+        scratch = ScratchDir("final")
         outcome = _probe(module, pick, alternatives, reference, specs, scratch.name, timeout_s,
                          estimator.tolerance, inputs)
         for note in outcome.notes:

@@ -23,7 +23,6 @@ import importlib
 import logging
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -77,6 +76,7 @@ from collage_mlir.export import with_onnx_names
 from collage_mlir.export.resources import WeightStore, portable_text, store_of
 from collage_mlir.graph.dataflow import DataflowGraph
 from collage_mlir.graph.subgraph import SubGraph
+from collage_mlir.scratch import ScratchDir
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class MeasuringEstimator(CostEstimator):
         when candidates are measured (a run prices its hand-offs first) or at `close`."""
         self._graphs: WeakKeyDictionary[DataflowGraph, _GraphMemo] = WeakKeyDictionary()
         self._stores_written = 0
-        self._scratch: tempfile.TemporaryDirectory | None = None
+        self._scratch: ScratchDir | None = None
         self.host: str | None = None
         """The host fingerprint in this estimator's keys (None: this machine's)."""
         self.executor: RemoteExecutor | None = None
@@ -392,7 +392,7 @@ class MeasuringEstimator(CostEstimator):
         """This estimator's temporary directory (weight stores, shared reference outputs),
         removed at `close`."""
         if self._scratch is None:
-            self._scratch = tempfile.TemporaryDirectory(prefix="collage-scratch-")
+            self._scratch = ScratchDir("scratch")
         return Path(self._scratch.name)
 
     def _reference_dir(self) -> str | None:

@@ -20,7 +20,6 @@ import hashlib
 import json
 import mmap
 import re
-import shutil
 import tempfile
 import uuid
 from collections import ChainMap, OrderedDict
@@ -34,6 +33,7 @@ from iree.compiler import ir
 
 from collage_mlir.dialects.collage import BLOB_TOKENS, WEIGHTS
 from collage_mlir.dialects.onnx import NUMPY_DTYPES
+from collage_mlir.scratch import ScratchDir
 
 _SECTION_HEAD = re.compile(r"\{-#\s*dialect_resources:\s*\{\s*builtin:\s*\{")
 _ENTRY_KEY = r'\s*("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*:\s*"0x'
@@ -230,7 +230,8 @@ def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
     if store_of(module) is not None:
         yield store_of(module)
         return
-    directory = Path(tempfile.mkdtemp(prefix="collage-weights-"))
+    scratch = ScratchDir("weights")
+    directory = Path(scratch.name)
     try:
         store = _write_store(module, directory)
         if store is not None:
@@ -240,7 +241,7 @@ def weight_store(module: ir.Module) -> Iterator[WeightStore | None]:
         yield store
     finally:
         forget_store(module)
-        shutil.rmtree(directory, ignore_errors=True)
+        scratch.cleanup()
         _cache.clear()  # copies of the model made meanwhile may have tables reading the store
         open_store.cache_clear()  # and its file's pages, mapped
 

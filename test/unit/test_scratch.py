@@ -1,0 +1,55 @@
+"""Held temporary folders: a killed run's are swept, a living run's and unmarked ones stay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from collage_mlir.scratch import GRACE_S, HELD, ScratchDir, sweep
+
+MAKE_AND_WAIT = """
+import sys, time
+from collage_mlir.scratch import ScratchDir
+d = ScratchDir("scratch", sys.argv[1])
+open(d.name + "/weights.bin", "wb").write(b"x" * 1000)
+print(d.name, flush=True)
+time.sleep(600)
+"""
+
+
+def _aged(path: str) -> None:
+    past = time.time() - 2 * GRACE_S
+    os.utime(path, (past, past))
+
+
+def test_a_killed_runs_folder_is_swept_and_a_living_ones_is_not(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", MAKE_AND_WAIT, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+    killed = child.stdout.readline().strip()
+    living = ScratchDir("final", tmp_path)
+    unmarked = tmp_path / "collage-weights-old"  # an older version's folder: no mark
+    unmarked.mkdir()
+    for d in (killed, living.name, unmarked):
+        _aged(str(d))
+    assert sweep(tmp_path) == (0, 0)  # the child still holds its folder
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert sweep(tmp_path) == (1, 1000)
+    assert not Path(killed).exists()
+    assert Path(living.name, HELD).exists() and unmarked.exists()
+    living.cleanup()
+    assert not Path(living.name).exists()
+
+
+def test_a_folder_younger_than_the_grace_is_left(tmp_path: Path) -> None:
+    """Its maker may be between making it and holding it."""
+    young = tmp_path / "collage-scratch-young"
+    young.mkdir()
+    (young / HELD).write_text("")
+    assert sweep(tmp_path) == (0, 0) and young.exists()
+    _aged(str(young))
+    assert sweep(tmp_path)[0] == 1 and not young.exists()
