@@ -2,15 +2,17 @@
 JSON lines, to move rows between stores (an SQLite file and a team's PostgreSQL database,
 either way) or keep them in a file.
 
-Format version 1 (`FORMAT_VERSION`), UTF-8, one JSON object per line:
-- line 1, the header: `{"format": "collage-mlir-cache", "version": 1, "schema": 2,
+Format version 2 (`FORMAT_VERSION`), UTF-8, one JSON object per line:
+- line 1, the header: `{"format": "collage-mlir-cache", "version": 2, "schema": 2,
   "source": LOCATION, "exported": UNIX_TIME}` (`schema`: the cache schema the rows follow);
 - then one line per row, `{"table": TABLE, "row": {COLUMN: VALUE, ...}}`, with every column
   of the table's schema-2 row and no other: `measurements` (as `records.Measurement`,
   `stale` true/false), then `transitions` (`points` a list of [bytes, seconds]), then
   `capabilities` (`key`, `backend`, `bits` in hex, `created`), each table in key order.
   Numbers are JSON numbers (NaN / Infinity as Python's `json` writes them); no value is
-  ever a string holding a number.
+  ever a string holding a number;
+- the last line, `{"end": {TABLE: ROWS, ...}}`: the rows written per table, so that a file
+  cut short is refused rather than imported in part. (Version 1, without it, still reads.)
 Claims are not exported: they belong to runs in progress.
 
 Importing adds every row in one transaction; a row replaces the one with its key only when
@@ -38,7 +40,7 @@ from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
 from collage_mlir.errors import CollageError
 
 FORMAT = "collage-mlir-cache"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 TABLES = ("measurements", "transitions", "capabilities")
 
 _TEXT, _REAL, _MAYBE_REAL, _INT, _BOOL, _POINTS = range(6)
@@ -70,7 +72,9 @@ def export_cache(store: CacheStore, out: TextIO) -> dict[str, int]:
     for table in TABLES:
         for row in rows[table]:
             out.write(json.dumps({"table": table, "row": row}) + "\n")
-    return {table: len(rows[table]) for table in TABLES}
+    counts = {table: len(rows[table]) for table in TABLES}
+    out.write(json.dumps({"end": counts}) + "\n")
+    return counts
 
 
 def import_cache(store: CacheStore, lines: Iterable[str], name: str
@@ -79,7 +83,7 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     Returns (rows read, rows written) per table; nothing is written unless the whole file
     is well-formed."""
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-    seen_header = False
+    version = end = None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -88,17 +92,27 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise CollageError(f"{where}: not JSON ({e.msg})") from None
-        if not seen_header:
-            _check_header(obj, where)
-            seen_header = True
+        if version is None:
+            version = _check_header(obj, where)
+            continue
+        if end is not None:
+            raise CollageError(f"{where}: a line after the end line")
+        if version >= 2 and isinstance(obj, dict) and set(obj) == {"end"}:
+            end = obj["end"]
+            counts = {t: len(rows[t]) for t in TABLES}
+            if end != counts:
+                raise CollageError(f"{where}: the end line counts {end}, the file holds "
+                                   f"{counts}")
             continue
         if not isinstance(obj, dict) or set(obj) != {"table", "row"} or \
                 obj["table"] not in TABLES or not isinstance(obj["row"], dict):
             raise CollageError(f"{where}: expected {{\"table\": one of {', '.join(TABLES)}, "
                                "\"row\": {...}}")
         rows[obj["table"]].append(_checked(obj["table"], obj["row"], where))
-    if not seen_header:
+    if version is None:
         raise CollageError(f"{name}: empty; not a `collage-mlir cache export` file")
+    if version >= 2 and end is None:
+        raise CollageError(f"{name}: no end line: the file was cut short (export it again)")
     measurements = [Measurement(**r) for r in rows["measurements"]]
     transitions = [Transition(**{**r, "points": [tuple(p) for p in r["points"]]})
                    for r in rows["transitions"]]
@@ -107,7 +121,8 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     return ({t: len(rows[t]) for t in TABLES}, dict(zip(TABLES, written, strict=True)))
 
 
-def _check_header(obj: Any, where: str) -> None:
+def _check_header(obj: Any, where: str) -> int:
+    """The format version of a well-formed header line."""
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise CollageError(f"{where}: not a `collage-mlir cache export` file (no "
                            f"\"format\": \"{FORMAT}\" header)")
@@ -118,6 +133,7 @@ def _check_header(obj: Any, where: str) -> None:
     if obj.get("schema") != SCHEMA_VERSION:
         raise CollageError(f"{where}: rows of cache schema {obj.get('schema')!r}; this "
                            f"collage-mlir imports schema {SCHEMA_VERSION}")
+    return version
 
 
 def _checked(table: str, row: dict[str, Any], where: str) -> dict[str, Any]:

@@ -510,7 +510,7 @@ def test_import_keeps_the_newest_row_of_each_key(location):
 
 @pytest.mark.parametrize("line, error", [
     ('{"format": "other"}', "x.jsonl:1: not a `collage-mlir cache export` file"),
-    ('{"format": "collage-mlir-cache", "version": 2, "schema": 2}', "version 2"),
+    ('{"format": "collage-mlir-cache", "version": 3, "schema": 2}', "version 3"),
     ('{"table": "measurements", "row": {"key": "a"}}', "x.jsonl:2: measurements row: missing"),
     ('{"table": "claims", "row": {}}', "x.jsonl:2: expected"),
     ("not json", "x.jsonl:2: not JSON"),
@@ -533,6 +533,33 @@ def test_import_refuses_a_malformed_file_whole(tmp_path, line, error):
         with pytest.raises(CollageError, match=error.replace("`", ".").replace("(", ".")):
             import_cache(c, [*lines, good] if lines[0] is header else lines, "x.jsonl")
         assert c.capabilities() == []  # nothing written
+
+
+def test_an_export_cut_short_is_refused_and_an_old_one_without_an_end_reads(tmp_path):
+    """A file cut at a line boundary imported the rows before the cut, rc 0; version 2 ends
+    with the rows it holds per table."""
+    import io
+
+    from collage_mlir.cost.cache_export import export_cache, import_cache
+    from collage_mlir.errors import CollageError
+
+    with open_cache(tmp_path / "a.sqlite") as c:
+        c.put(_row("a"))
+        c.put(_row("b"))
+        exported = io.StringIO()
+        export_cache(c, exported)
+    lines = exported.getvalue().splitlines()
+    assert json.loads(lines[-1]) == {"end": {"measurements": 2, "transitions": 0,
+                                             "capabilities": 0}}
+    with open_cache(tmp_path / "b.sqlite") as c:
+        for cut, says in ((lines[:-1], "no end line: the file was cut short"),
+                          (lines[:-2] + lines[-1:], "the end line counts"),
+                          (lines + lines[1:2], "a line after the end line")):
+            with pytest.raises(CollageError, match=says):
+                import_cache(c, cut, "x.jsonl")
+        assert c.measurements() == []
+        old = [lines[0].replace('"version": 2', '"version": 1'), *lines[1:-1]]
+        assert import_cache(c, old, "x.jsonl")[1]["measurements"] == 2
 
 
 SCHEMA_1 = """
