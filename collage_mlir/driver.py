@@ -670,7 +670,7 @@ def sweep_abandoned() -> None:
     swept, size = sweep()
     if swept:
         print(f"collage: removed {swept} temporary folder(s) that killed runs left "
-              f"({size / 1e6:.0f} MB)", file=sys.stderr, flush=True)
+              f"({size / 1e6:.1f} MB)", file=sys.stderr, flush=True)
 
 
 def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),

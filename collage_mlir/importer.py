@@ -109,9 +109,14 @@ def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
     """Give each node without a name its first output's name, as this module's errors call
     it: the importer keeps node names as op locations, which reports, error messages and
     placement rules (`onnx_node_name`) go by, and an empty one names nothing."""
+    used = {node.name for node in proto.graph.node if node.name}
     for node in proto.graph.node:
         if not node.name:
-            node.name = next((o for o in node.output if o), node.op_type)
+            name = next((o for o in node.output if o), node.op_type)
+            while name in used:  # another node's own name: a rule by it must not match this
+                name = f"{name} ({node.op_type})"
+            node.name = name
+            used.add(name)
 
 
 def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
@@ -196,7 +201,7 @@ def check_resource_section(text: str, label: str) -> None:
     """Refuse a damaged `{-# dialect_resources ... #-}` section (a truncated file, a broken
     hex blob) before MLIR parses it: the bindings' parser has crashed the process on the
     second such file."""
-    start = text.find("{-#")
+    start = _section_start(text)
     if start < 0:
         return
     first_line = text.count("\n", 0, start) + 1
@@ -216,18 +221,30 @@ def check_blobs_present(text: str, label: str) -> None:
     """Refuse a user's MLIR text whose `dense_resource<KEY>` names no blob of its resource
     section (a hand edit, or IR printed with its blobs elided): the constant would fail
     later in whichever backend read it first, which would be blamed."""
-    start = text.rfind("{-#")
+    start = _section_start(text)
     body, section = (text, "") if start < 0 else (text[:start], text[start:])
     keys = {unquote_key(m.group(1)) for line in section.splitlines() if '"0x' in line
             and (m := RESOURCE_ENTRY.match(line))}
     for k, line in enumerate(body.splitlines(), 1):
-        if "dense_resource<" not in line or line.lstrip().startswith("//"):
+        if "dense_resource<" not in line or line.lstrip().startswith(("//", "#loc")):
             continue
-        for m in _BLOB_REF.finditer(line):
+        for m in _BLOB_REF.finditer(_LOC_TEXT.sub("", line)):  # not in a node's name
             if unquote_key(m.group(1)) not in keys:
                 raise CollageError(f"{label}:{k}: dense_resource<{m.group(1)}> names no blob "
                                    "in the file's resource section (printed with its blobs "
                                    "elided?)")
+
+
+_LOC_TEXT = re.compile(r'loc\("(?:[^"\\]|\\.)*"')
+
+
+def _section_start(text: str) -> int:
+    """Where the `{-# ... #-}` resource section opens (a line of its own, after the
+    module and its `#loc` lines, whose node names may hold "{-#"), or -1."""
+    if text.startswith("{-#"):
+        return 0
+    at = text.find("\n{-#")
+    return at + 1 if at >= 0 else -1
 
 
 _BLOB_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[^>]+)>')

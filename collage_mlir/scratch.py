@@ -1,10 +1,10 @@
 """Temporary folders of a run, marked as held, and the sweep of those a killed run left.
 
-A folder made here holds a file, `.held`, on which the making process keeps an exclusive
-`flock` until it removes the folder. The kernel drops that lock when the process ends,
+A folder made here holds a file, `.collage-held` (marked as ours), on which the making
+process keeps an exclusive `flock` until it removes the folder. The kernel drops that lock when the process ends,
 however it ends (SIGKILL, the OOM killer), so `sweep` removes exactly the folders no living
 process holds: a killed partition of bert_base otherwise left ~400 MB of weights behind for
-good. Folders without the mark (made by older versions) are left alone.
+good. Folders without the mark (older versions', or a user's) are left alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import time
 import weakref
 from pathlib import Path
 
-HELD = ".held"
+HELD = ".collage-held"
+MARK = b"collage_mlir scratch folder\n"
+"""What the held file says: a folder without it is not one of ours and is never swept."""
 PREFIX = "collage-"
 GRACE_S = 60.0
 """A folder younger than this is never swept: its maker may not hold it yet."""
@@ -32,7 +34,8 @@ class ScratchDir:
         self.name = tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent)
         fd = os.open(os.path.join(self.name, HELD), os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        self._finalizer = weakref.finalize(self, _remove, self.name, fd)
+        os.write(fd, MARK)
+        self._finalizer = weakref.finalize(self, _remove, self.name, fd, os.getpid())
 
     def cleanup(self) -> None:
         self._finalizer()
@@ -44,8 +47,9 @@ class ScratchDir:
         self.cleanup()
 
 
-def _remove(name: str, fd: int) -> None:
-    shutil.rmtree(name, ignore_errors=True)
+def _remove(name: str, fd: int, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child's exit leaves its parent's folder alone
+        shutil.rmtree(name, ignore_errors=True)
     os.close(fd)  # the lock goes with the last descriptor
 
 
@@ -71,9 +75,15 @@ def sweep(root: str | os.PathLike | None = None) -> tuple[int, int]:
             os.close(fd)
             continue
         try:
-            size += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+            if os.read(fd, len(MARK) + 1) != MARK:
+                continue
+            # bytes freed: neither a link's target nor a file linked elsewhere too
+            held = sum(st.st_size for f in d.rglob("*")
+                       if not f.is_symlink() and f.is_file()
+                       and (st := f.lstat()).st_nlink == 1)
             shutil.rmtree(d, ignore_errors=True)
-            folders += 1
+            if not d.exists():
+                folders, size = folders + 1, size + held
         finally:
             os.close(fd)
     return folders, size

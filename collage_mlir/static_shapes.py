@@ -142,8 +142,8 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label:
         raise CollageError(
             f"{label}: input{'s' if len(dynamic) > 1 else ''} {said} "
             f"{'have dynamic shapes' if len(dynamic) > 1 else 'has a dynamic shape'}; give "
-            f"static ones with {flags}, or sample inputs with --inputs (input_shapes= or "
-            "inputs= in the API)")
+            f"static ones with {flags} (input_shapes= in the API), or give `partition` "
+            "sample inputs (--inputs; inputs= in the API)")
     return proto
 
 

@@ -52,7 +52,28 @@ def ops_of(fn: ir.Operation, kind: str) -> list[ir.Operation]:
 def node_name(op: ir.Operation) -> str:
     """The ONNX node name the importer kept as the op's location ("" when it had none)."""
     m = _NAME_LOC.fullmatch(str(op.location))
-    return m.group(1) if m else ""
+    return _unescaped(m.group(1)) if m else ""
+
+
+def _unescaped(text: str) -> str:
+    """A string as MLIR prints it, read back: `\\XX` is a byte in hex (non-ASCII text is
+    printed as its UTF-8 bytes), `\\\\` and `\\"` the characters themselves."""
+    if "\\" not in text:
+        return text
+    out, i = bytearray(), 0
+    while i < len(text):
+        hexed = text[i + 1:i + 3]
+        if text[i] == "\\" and len(hexed) == 2 and all(c in "0123456789abcdefABCDEF"
+                                                        for c in hexed):
+            out.append(int(hexed, 16))
+            i += 3
+        elif text[i] == "\\" and i + 1 < len(text):
+            out += text[i + 1].encode()
+            i += 2
+        else:
+            out += text[i].encode()
+            i += 1
+    return out.decode("utf-8", errors="replace")
 
 
 def attributes(op: ir.Operation) -> dict[str, ir.Attribute]:

@@ -16,7 +16,7 @@ Format version 2 (`FORMAT_VERSION`), UTF-8, one JSON object per line:
 Claims are not exported: they belong to runs in progress.
 
 Importing adds every row in one transaction; a row replaces the one with its key only when
-it was created no earlier (so merging two caches keeps each key's newest measurement). A
+it was created later (so merging two caches keeps each key's newest measurement). A
 file that does not follow the format is refused whole, naming its line.
 """
 

@@ -388,7 +388,7 @@ class CacheStore(ABC):
     def merge(self, measurements: Iterable[Measurement], transitions: Iterable[Transition],
               capabilities: Iterable[tuple[str, str, str, float]]) -> tuple[int, int, int]:
         """Add rows from elsewhere (`cache import`) in one transaction: a row replaces the
-        one with its key only when it is no older. Returns the rows written per table
+        one with its key only when it is newer. Returns the rows written per table
         (measurements, transitions, capabilities)."""
         ms = sorted((_values(m) for m in measurements), key=lambda r: r[0])
         ts = sorted((_transition_values(t) for t in transitions), key=lambda r: r[0])

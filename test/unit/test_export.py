@@ -225,6 +225,8 @@ def test_a_model_listing_one_output_twice_exports_both():
     (np.array([0.5], np.float64), np.int64, False),
     (np.array([2**24 + 1], np.int64), np.float32, False),
     (np.array(["a", "b"]), np.float32, False),
+    (np.array([1, 2], dtype=object), np.int32, True),  # Python numbers, as numpy reads them
+    (np.array([2**70, 1], dtype=object), np.int64, False),
 ])
 def test_inputs_are_cast_only_where_no_value_changes(given, takes, ok):
     from collage_mlir.errors import CollageError

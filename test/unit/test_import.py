@@ -149,6 +149,26 @@ def test_node_names_survive_printed_mlir_where_asked(tmp_path):
         assert _names_of(out.getvalue()) == names
 
 
+def test_made_up_names_neither_collide_nor_break_the_text(tmp_path):
+    """An unnamed node whose output is another node's name gets a name of its own (a rule
+    by that name caught both); names holding "{-#", "dense_resource<k>" or non-ASCII text
+    print and read back (the first looked like the resource section)."""
+    from collage_mlir.driver import load
+    from collage_mlir.tools import cli
+
+    value = oh.make_tensor_value_info
+    nodes = [oh.make_node("Relu", ["x"], ["B"]),
+             oh.make_node("Neg", ["B"], ["n"], name="B"),
+             oh.make_node("Abs", ["n"], ["y"], name='é {-# dense_resource<k> "q"')]
+    graph = oh.make_graph(nodes, "g", [value("x", onnx.TensorProto.FLOAT, [2])],
+                          [value("y", onnx.TensorProto.FLOAT, [2])])
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    assert cli.main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.mlir")]) == 0
+    names = _names_of((tmp_path / "m.mlir").read_text())
+    assert names == ["B (Relu)", "B", 'é {-# dense_resource<k> "q"']
+    load(str(tmp_path / "m.mlir"))  # the blob and section checks read it as it is
+
+
 def test_a_parse_error_names_file_line_and_column(tmp_path):
     path = tmp_path / "bad.mlir"
     path.write_text("func.func @f() {\n  %0 = bogus\n}\n")

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from collage_mlir.scratch import GRACE_S, HELD, ScratchDir, sweep
+from collage_mlir.scratch import GRACE_S, HELD, MARK, ScratchDir, sweep
 
 MAKE_AND_WAIT = """
 import sys, time
@@ -38,7 +38,7 @@ def test_a_killed_runs_folder_is_swept_and_a_living_ones_is_not(tmp_path: Path) 
     assert sweep(tmp_path) == (0, 0)  # the child still holds its folder
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert sweep(tmp_path) == (1, 1000)
+    assert sweep(tmp_path) == (1, 1000 + len(MARK))
     assert not Path(killed).exists()
     assert Path(living.name, HELD).exists() and unmarked.exists()
     living.cleanup()
@@ -49,7 +49,28 @@ def test_a_folder_younger_than_the_grace_is_left(tmp_path: Path) -> None:
     """Its maker may be between making it and holding it."""
     young = tmp_path / "collage-scratch-young"
     young.mkdir()
-    (young / HELD).write_text("")
+    (young / HELD).write_bytes(MARK)
     assert sweep(tmp_path) == (0, 0) and young.exists()
     _aged(str(young))
     assert sweep(tmp_path)[0] == 1 and not young.exists()
+
+
+def test_a_users_folder_without_the_mark_is_never_swept(tmp_path: Path) -> None:
+    mine = tmp_path / "collage-userdata"
+    mine.mkdir()
+    (mine / HELD).write_text("mine")
+    (mine / "precious.txt").write_text("keep")
+    _aged(str(mine))
+    assert sweep(tmp_path) == (0, 0) and (mine / "precious.txt").exists()
+
+
+def test_a_forked_child_leaves_its_parents_folder(tmp_path: Path) -> None:
+    held = ScratchDir("weights", tmp_path)
+    pid = os.fork()
+    if pid == 0:  # the child exits normally, running its finalizers
+        held.cleanup()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert Path(held.name, HELD).exists()
+    held.cleanup()
+    assert not Path(held.name).exists()
