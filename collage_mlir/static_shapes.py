@@ -118,6 +118,7 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label:
                            f"(inputs: {', '.join(inputs)})")
     sampled = _by_name(samples, list(inputs))
     dynamic = []
+    named = _NamedDims(label)
     for name, value in inputs.items():
         declared = _dims(value)
         static = declared is not None and all(isinstance(d, int) for d in declared)
@@ -131,6 +132,7 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label:
                     or any(isinstance(d, int) and d != g for d, g in zip(declared, given, strict=False))):
                 raise CollageError(f"{label}: input '{name}' is {format_dims(declared)}; "
                                    f"{how} {format_dims(given)}")
+            named.agree(name, declared, given)
             _refuse_beyond_memory(name, value, given, label)
             _set_dims(value, given)
         elif not static:
@@ -145,6 +147,28 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label:
             f"static ones with {flags} (input_shapes= in the API), or give `partition` "
             "sample inputs (--inputs; inputs= in the API)")
     return proto
+
+
+class _NamedDims:
+    """The values given to the named (dim_param) dims seen so far: inputs that share a name
+    share that dimension, so every shape given for them must agree there (else shape
+    inference fails later, naming neither input)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.seen: dict[str, tuple[str, int, int]] = {}  # dim -> (input, axis, value)
+
+    def agree(self, name: str, declared: Sequence[int | str | None] | None,
+              given: Sequence[int]) -> None:
+        for axis, (d, g) in enumerate(zip(declared or [], given, strict=False)):
+            if not isinstance(d, str):
+                continue
+            other, other_axis, value = self.seen.setdefault(d, (name, axis, g))
+            if value != g:
+                raise CollageError(
+                    f"{self.label}: inputs '{other}' and '{name}' share dimension '{d}' "
+                    f"(axis {other_axis} of '{other}', axis {axis} of '{name}'), but the "
+                    f"shapes given for them put {value} and {g} there")
 
 
 def _by_name(samples: SampleShapes | None, names: list[str]) -> dict[str, Sequence[int]]:

@@ -278,6 +278,30 @@ def test_input_shapes_must_agree_with_the_model(shapes, fragment) -> None:
     assert fragment in str(err.value)
 
 
+SHARED_DIMS = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B,S] a, float[B,S] b) => (float[B,S] y) {
+      y = Add(a, b)
+    }"""
+
+
+@pytest.mark.parametrize("shapes, samples, fragment", [
+    (None, {"a": (1, 7), "b": (1, 9)}, "'a' and 'b' share dimension 'S' (axis 1 of 'a', "
+     "axis 1 of 'b'), but the shapes given for them put 7 and 9 there"),
+    ({"a": (2, 7)}, [(3, 7), (1, 7)], "share dimension 'B'"),
+])
+def test_inputs_sharing_a_named_dim_must_be_given_one_value_for_it(shapes, samples,
+                                                                    fragment) -> None:
+    """Two sample inputs disagreeing on a shared dim ended in shape inference's
+    "Incompatible dimensions", naming neither input."""
+    model = onnx.parser.parse_model(SHARED_DIMS)
+    with pytest.raises(CollageError) as err:
+        import_onnx(model, input_shapes=shapes, samples=samples)
+    assert fragment in str(err.value)
+    module = import_onnx(model, samples={"a": (2, 5), "b": (2, 5)})
+    assert "!torch.vtensor<[2,5],f32>" in str(module)
+
+
 def test_a_data_dependent_shape_is_named() -> None:
     model = onnx.parser.parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
