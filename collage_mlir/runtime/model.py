@@ -136,6 +136,11 @@ class PartitionedModel:
         out.__dict__.update(self.__dict__)
         return out
 
+    def __deepcopy__(self, memo: dict) -> PartitionedModel:
+        raise CollageError("a PartitionedModel cannot be deep-copied (its kernels live in the "
+                           "backends' runtimes): copy.copy() shares them; save() it and "
+                           "collage_mlir.load() the folder for kernels of its own")
+
     def __reduce_ex__(self, protocol: object) -> object:
         raise CollageError("a PartitionedModel cannot be pickled (its kernels live in the "
                            "backends' runtimes): save() it and collage_mlir.load() the folder")

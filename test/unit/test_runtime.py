@@ -324,6 +324,8 @@ def test_a_model_says_how_to_keep_it_instead_of_pickling(model):
 
     with pytest.raises(collage_mlir.CollageError, match=r"save\(\) it and collage_mlir.load"):
         pickle.dumps(model)
+    with pytest.raises(collage_mlir.CollageError, match=r"cannot be deep-copied.*copy.copy"):
+        copy.deepcopy(model)
     twin = copy.copy(model)  # a shallow copy (`with_record`) shares the kernels and turns
     assert twin.kernels is model.kernels and twin._turn is model._turn
 
