@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "remeasure" and not args.noisy:
         raise CollageError("cache remeasure: say which entries (--noisy)")
     if args.action == "import":
-        text = _read_import(args.file)  # before creating a cache for it
+        export = _read_import(args.file)  # checked before a cache is created for it
     elif args.action == "export" and args.file != "-":
         from collage_mlir.tools.args import check_output_file
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "export":
             _export(cache, args.file)
         elif args.action == "import":
-            _import(cache, text, args.file)
+            _import(cache, export)
         else:
             n = cache.clear(args.backend)
             which = f" of {args.backend}" if args.backend else ""
@@ -174,25 +174,29 @@ def _export(cache, file: str) -> None:
     sys.stdout.write(f"exported {_counts(counts)} from {cache.location} to {path}\n")
 
 
-def _read_import(file: str) -> str:
+def _read_import(file: str):
+    """The rows of the file to import, every line checked (a refused file creates no
+    cache)."""
+    from collage_mlir.cost.cache_export import read_export
     from collage_mlir.paths import user_path
 
     if file == "-":
-        return sys.stdin.read()
+        return read_export(sys.stdin.read().splitlines(), "stdin")
     path = user_path(file)
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CollageError(f"{path}: no such file to import") from None
     except (OSError, UnicodeDecodeError) as e:
         raise CollageError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})"
                            ) from None
+    return read_export(text.splitlines(), file)
 
 
-def _import(cache, text: str, file: str) -> None:
-    from collage_mlir.cost.cache_export import import_cache
+def _import(cache, export) -> None:
+    from collage_mlir.cost.cache_export import write_export
 
-    read, written = import_cache(cache, text.splitlines(), "stdin" if file == "-" else file)
+    read, written = write_export(cache, export)
     sys.stdout.write(f"imported {_counts(written)} into {cache.location} (read "
                      f"{_counts(read)}; a row no newer than the one cached is not written)\n")
 

@@ -26,7 +26,7 @@ import json
 import math
 import time
 from collections.abc import Iterable
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from collage_mlir.cost.records import (
     CAPABILITY_COLUMNS,
@@ -82,6 +82,30 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     """Add the rows of an exported file (`lines`, named `name` in errors) to `store`.
     Returns (rows read, rows written) per table; nothing is written unless the whole file
     is well-formed."""
+    return write_export(store, read_export(lines, name))
+
+
+class Export(NamedTuple):
+    """The rows of a well-formed exported file, ready to merge into a cache."""
+
+    measurements: list[Measurement]
+    transitions: list[Transition]
+    capabilities: list[tuple]
+
+    def counts(self) -> dict[str, int]:
+        return dict(zip(TABLES, (len(self.measurements), len(self.transitions),
+                                 len(self.capabilities)), strict=True))
+
+
+def write_export(store: CacheStore, export: Export) -> tuple[dict[str, int], dict[str, int]]:
+    """Merge `export` into `store`: (rows read, rows written) per table."""
+    written = store.merge(export.measurements, export.transitions, export.capabilities)
+    return export.counts(), dict(zip(TABLES, written, strict=True))
+
+
+def read_export(lines: Iterable[str], name: str) -> Export:
+    """The rows of an exported file (`lines`, named `name` in errors), every line checked;
+    a CollageError names the first line that is not well-formed."""
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
     version = end = None
     for lineno, line in enumerate(lines, 1):
@@ -117,8 +141,7 @@ def import_cache(store: CacheStore, lines: Iterable[str], name: str
     transitions = [Transition(**{**r, "points": [tuple(p) for p in r["points"]]})
                    for r in rows["transitions"]]
     capabilities = [tuple(r[c] for c in CAPABILITY_COLUMNS) for r in rows["capabilities"]]
-    written = store.merge(measurements, transitions, capabilities)
-    return ({t: len(rows[t]) for t in TABLES}, dict(zip(TABLES, written, strict=True)))
+    return Export(measurements, transitions, capabilities)
 
 
 def _check_header(obj: Any, where: str) -> int:

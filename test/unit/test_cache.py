@@ -644,3 +644,15 @@ def test_a_damaged_text_value_is_read_not_an_internal_error(tmp_path):
         assert c.get("a").signature == "Relu\ufffd"
         with pytest.raises(CollageError, match="damaged measurement cache"):
             c.transitions()
+
+
+def test_a_refused_import_creates_no_cache(tmp_path, capsys):
+    """`cache import` of a malformed file into a new cache left an empty cache file behind."""
+    from collage_mlir.tools.cli import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "collage-mlir-cache", "version": 2, "schema": 2}\nnot json\n')
+    cache = tmp_path / "new.sqlite"
+    assert main(["cache", "import", str(bad), "--cache", str(cache)]) == 1
+    assert "bad.jsonl:2: not JSON" in capsys.readouterr().err
+    assert not cache.exists()
