@@ -56,6 +56,7 @@ from onnx import helper
 
 from collage_mlir.backends.openvino import runtime_origins
 from collage_mlir.canonical import canonicalize, respell
+from collage_mlir.errors import CollageError
 from collage_mlir.static_shapes import make_static
 from collage_mlir.tools.args import positive_int
 from collage_mlir.tools.guard import guarded
@@ -478,13 +479,17 @@ def price_hand_offs(pair: Ceiling, model: onnx.ModelProto,
 
 
 def batched_shapes(model: onnx.ModelProto, batch: int) -> dict[str, list[int]]:
-    """Input shapes with the first dimension `batch` and the rest as declared; a model whose
-    inputs declare a static first dimension is refused by the import as any other."""
+    """Input shapes with the first dimension `batch` and the rest as declared; an input
+    whose first dimension is static is refused, saying so."""
     known = {i.name for i in model.graph.initializer}
     out = {}
     for value in model.graph.input:
         if value.name not in known:
             dims = value.type.tensor_type.shape.dim
+            if dims and dims[0].HasField("dim_value") and dims[0].dim_value != batch:
+                raise CollageError(f"--batch {batch}: input '{value.name}' has a static first "
+                                   f"dimension ({dims[0].dim_value}); export the model with "
+                                   "a dynamic batch (bench/models.py --dynamic-batch)")
             out[value.name] = [batch] + [d.dim_value for d in dims[1:]]
     return out
 

@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from collage_mlir.errors import CollageError
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from ceiling import (  # noqa: E402
     Attribution,
@@ -206,3 +208,13 @@ def test_hand_offs_are_priced_per_crossing_tensor_on_the_measured_line():
                 unattributed={"a": 2.0, "b": 0.0})
     price_hand_offs(c, model, (1e-5, 1e-8))  # 10 us a tensor, 10 ns a byte
     assert c.hand_off_ms == {"sm": pytest.approx(2 * (1e-2 + 1e-5 * 1024))}
+
+
+def test_a_batch_for_a_static_first_dimension_is_refused_saying_so():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    with pytest.raises(CollageError, match=r"--batch 2: input 'x' has a static first "
+                                           r"dimension \(1\)"):
+        batched_shapes(helper.make_model(graph), 2)
+    assert batched_shapes(helper.make_model(graph), 1) == {"x": [1, 16]}
