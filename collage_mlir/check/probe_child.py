@@ -25,7 +25,8 @@ from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend, register_backend
 from collage_mlir.check.compare import whole_model_kernel
 from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
-from collage_mlir.dialects.func import public_functions
+from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.export import with_onnx_names_of
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.graph.outline import outline_placed
 from collage_mlir.graph.subgraph import SubGraph
@@ -210,7 +211,8 @@ def _compile_pick(ch: Channel, module: ir.Module, allow: float) -> PartitionedMo
             compiled = backend.compile_many([region_module(regions[n]) for n in batch])
             for n, k in zip(batch, compiled, strict=True):
                 if isinstance(k, Exception):
-                    raise ch.fail(f"raised {_one_line(k)}", regions=[n])
+                    raise ch.fail(f"raised {with_onnx_names_of(_one_line(k), regions[n])}",
+                                  regions=[n])
                 kernels[n] = k
     return PartitionedModel(module, kernels, backends)
 
@@ -226,10 +228,11 @@ class _Announced(Kernel):
     outputs of other shapes or dtypes than its function declares (which a later region
     might absorb, where another backend would refuse them)."""
 
-    def __init__(self, inner: Kernel, ch: Channel, backend: str, name: str, allow: float,
-                 call: list[int], specs: list[TensorSpec | None]) -> None:
-        self.inner, self.ch, self.backend, self.name = inner, ch, backend, name
-        self.allow, self.call, self.specs = allow, call, specs
+    def __init__(self, inner: Kernel, ch: Channel, backend: str, fn: ir.Operation,
+                 allow: float, call: list[int]) -> None:
+        self.inner, self.ch, self.backend, self.fn = inner, ch, backend, fn
+        self.name, self.specs = function_name(fn), result_specs(fn)
+        self.allow, self.call = allow, call
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.ch.stage(self.allow, model="pick", backend=self.backend, regions=[self.name],
@@ -237,7 +240,7 @@ class _Announced(Kernel):
         try:
             outputs = [np.asarray(o) for o in self.inner.run(inputs)]
         except Exception as e:
-            raise self.ch.fail(f"raised {_one_line(e)}") from None
+            raise self.ch.fail(f"raised {with_onnx_names_of(_one_line(e), self.fn)}") from None
         why = _mismatch(outputs, self.specs, None)
         if why:
             raise self.ch.fail(why)
@@ -270,8 +273,7 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
     inner = dict(model.kernels)
     regions = region_functions(model.module)
     announced = PartitionedModel(model.module, {
-        s.callee: _Announced(inner[s.callee], ch, s.backend, s.callee, allow, call,
-                             result_specs(regions[s.callee]))
+        s.callee: _Announced(inner[s.callee], ch, s.backend, regions[s.callee], allow, call)
         for s in model.plan.steps}, model.backends)
     for v, x in enumerate(inputs):
         call[0] = v + 1

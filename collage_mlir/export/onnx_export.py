@@ -73,11 +73,20 @@ def with_onnx_names(text: str, sub: SubGraph) -> str:
     """`text` (a backend's message about region `sub`, exported) with each node name the
     export gave (`n7`) followed by the ONNX node name behind it, which the user can find:
     "in node (n2 '/encoder/layer.0/LayerNormalization')"."""
-    owners = exported_owners(sub)
+    return _named_ops(text, {name: sub.graph.nodes[i].op
+                             for name, i in exported_owners(sub).items()})
 
+
+def with_onnx_names_of(text: str, fn: ir.Operation) -> str:
+    """`with_onnx_names` for a message about function `fn` exported on its own (a region
+    function of an outlined model: node `node_name(k)` is its k-th op)."""
+    ops = [op.operation for op in fn.regions[0].blocks[0].operations]
+    return _named_ops(text, {node_name(k): op for k, op in enumerate(ops)})
+
+
+def _named_ops(text: str, owners: dict[str, ir.Operation | None]) -> str:
     def named(m: re.Match[str]) -> str:
-        i = owners.get(m.group(0))
-        op = sub.graph.nodes[i].op if i is not None else None
+        op = owners.get(m.group(0))
         name = onnx_view.node_name(op) if op is not None else ""
         return f"{m.group(0)} '{name}'" if name else m.group(0)
 

@@ -26,6 +26,7 @@ from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError
+from collage_mlir.export import with_onnx_names_of
 from collage_mlir.export.resources import share_store
 from collage_mlir.importer import parse_mlir, print_mlir
 from collage_mlir.paths import user_path
@@ -210,8 +211,9 @@ class PartitionedModel:
                 k = compiled[n] if n in compiled else _saved_kernel(backend, regions[n],
                                                                     saved[n])
                 if isinstance(k, Exception):
+                    said = str(k).strip().splitlines()[0] if str(k).strip() else repr(k)
                     raise CollageError(f"region @{n} failed to compile on {backend_name}: "
-                                       f"{str(k).strip().splitlines()[0] if str(k) else k!r}")
+                                       f"{with_onnx_names_of(said, regions[n])}")
                 kernels[n] = k
         return cls(module, kernels, backends, **kwargs)
 

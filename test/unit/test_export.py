@@ -261,3 +261,12 @@ def test_backend_messages_get_the_onnx_names_of_exported_nodes():
         "bad type in node (n0 '/enc/Abs'); n12, /x/n0 stay"
     whole = SubGraph(g, g.op_bits)
     assert with_onnx_names("n0 then n1", whole) == "n0 '/enc/Relu' then n1 '/enc/Abs'"
+    # a region function of an outlined model is exported on its own (the final compile, the
+    # probe): its k-th op is node n<k>
+    from collage_mlir.dialects.func import find_function
+    from collage_mlir.export import with_onnx_names_of
+
+    region = abs_only.extract()
+    fn = find_function(region)
+    assert with_onnx_names_of("Abs in node n0 (n1 is no op)", fn) == \
+        "Abs in node n0 '/enc/Abs' (n1 is no op)"
