@@ -26,6 +26,7 @@ from collage_mlir.backends.registry import get_backend, register_backend
 from collage_mlir.check.compare import whole_model_kernel
 from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
 from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.errors import CollageError
 from collage_mlir.export import with_onnx_names_of
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.graph.outline import outline_placed
@@ -50,8 +51,9 @@ its 240 MB blob (IREE's compiles of whole models take many seconds)."""
 Outputs = list[np.ndarray]
 
 
-class Failed(Exception):
-    """A failure the probe saw and reported; the probe stops."""
+class Failed(CollageError):
+    """A failure the probe saw and reported; the probe stops (a CollageError, so a run
+    passes it on as it is)."""
 
 
 class Channel:

@@ -249,12 +249,24 @@ class PartitionedModel:
             slots[i] = constant.value
         for step in self.plan.steps:
             t0 = time.perf_counter()
-            results = self.kernels[step.callee].run_borrowed([slots[i] for i in step.args])
+            try:
+                results = self.kernels[step.callee].run_borrowed([slots[i] for i in step.args])
+            except CollageError:
+                raise
+            except Exception as e:  # a backend's own exception: say which region, which node
+                raise self._region_failed(step.callee, step.backend, e) from e
             if times is not None:
                 times[step.callee].append(time.perf_counter() - t0)
             for i, r in zip(step.results, results, strict=True):
                 slots[i] = r
         return slots
+
+    def _region_failed(self, callee: str, backend: str, e: Exception) -> CollageError:
+        said = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        said = f"{type(e).__name__}: {said}" if said else repr(e)
+        fn = region_functions(self.module)[callee]
+        return CollageError(f"region @{callee} on {backend} failed: "
+                            f"{with_onnx_names_of(said, fn)}")
 
     def profile(self, inputs: Inputs, rounds: int = 10) -> dict[str, float]:
         """Median seconds of each region's call inside whole runs, by region function name:

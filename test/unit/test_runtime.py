@@ -362,3 +362,22 @@ func.func @f(%arg0: {T}) -> ({T}, {T}) {{
     assert plan.outputs == [0, slot] and constant.type == T
     assert constant.value.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
     assert not constant.value.flags.writeable
+
+
+def test_a_kernel_raising_at_run_time_is_named_by_region_and_onnx_node(model):
+    """A backend's exception while running (a saved model's kernel, new inputs) reached the
+    command line as an internal error quoting only the exported node name."""
+    class Raising:
+        def run_borrowed(self, inputs):
+            raise RuntimeError("Non-zero status code returned while running Abs node. "
+                               "Name:'n0'\nmore")
+
+    [abs_region] = [s.callee for s in model.plan.steps if s.callee.endswith("_1")]
+    broken = PartitionedModel(model.module, {**model.kernels, abs_region: Raising()},
+                              model.backends)
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(collage_mlir.CollageError) as err:
+        broken.run([x, x])
+    assert str(err.value).startswith(f"region @{abs_region} on onnxruntime failed: "
+                                     "RuntimeError: Non-zero status")
+    assert "Name:'n0'" in str(err.value) and "more" not in str(err.value)
