@@ -298,10 +298,14 @@ def explain_html(data: dict, layout: str | None = None) -> str:
     payload = json.dumps({"report": data, "colours": colours,
                           "layout": ", ".join(f"{lay} ({name})" for name, lay, _ in views),
                           "views": [name for name, _, _ in views]},
-                         separators=(",", ":")).replace("</", "<\\/")
+                         separators=(",", ":"))
+    # inside <script>, "<" starts "</script" and "<!--": JSON may spell it as \u003c
+    payload = payload.replace("<", "\\u003c")
     title = html.escape(f"collage_mlir partition: {data['model']['entry']}")
-    return (_PAGE.replace("%TITLE%", title).replace("%SVG%", body)
-            .replace("%DATA%", payload).replace("%SCRIPT%", _SCRIPT).replace("%STYLE%", _STYLE))
+    pieces = {"TITLE": title, "SVG": body, "DATA": payload, "SCRIPT": _SCRIPT, "STYLE": _STYLE}
+    # one pass: a piece is never searched for another's placeholder (a model named
+    # "x%SCRIPT%" got the script pasted into its title)
+    return re.sub(r"%(TITLE|SVG|DATA|SCRIPT|STYLE)%", lambda m: pieces[m.group(1)], _PAGE)
 
 
 def write_explain(data: dict, path: str | os.PathLike, layout: str | None = None) -> Path:

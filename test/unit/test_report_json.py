@@ -86,6 +86,15 @@ def test_handoffs_follow_the_transition_model(mixed):
     assert totals["handoffs_s"] == pytest.approx(0.05 * len(crossings))
 
 
+def test_an_input_named_across_lines_matches_the_schema(mixed, schema):
+    """An input whose name holds a newline made a report that failed its own schema."""
+    model, _ = mixed
+    data = json.loads(model.report(format="json"))
+    text = json.dumps(data)
+    assert '"input:' in text
+    jsonschema.validate(json.loads(text.replace('"input:', '"input:line\\nbreak ')), schema)
+
+
 def test_hand_offs_priced_as_the_search_priced_them(mixed, schema):
     from collage_mlir.tools.report_out import hand_off_prices
 
@@ -282,6 +291,22 @@ def test_explain_page_colours_every_op_and_embeds_the_report(mixed, layout):
     assert json.loads(parser.data)["report"] == data
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "page loads from the network"
     assert parser.clusters == [f"rg-{r['index']}" for r in data["regions"]]
+
+
+def test_names_holding_placeholders_or_script_openers_leave_the_page_whole(mixed):
+    """A model named "x%SCRIPT%" got the page's script pasted into its data, and a node
+    named "a<!--<script>" made the data block swallow the script: both pages showed
+    nothing."""
+    model, _ = mixed
+    data = report_data(model.module, model.record())
+    data["model"]["entry"] = "x%SCRIPT% %DATA% %SVG%"
+    data["regions"][0]["ops"][0]["name"] = "a<!--<script></script>"
+    page = explain_html(data, "layered")
+    parser = SvgPage()
+    parser.feed(page)
+    assert json.loads(parser.data)["report"] == data
+    assert page.count("<script") == 3 and "<!--" not in page  # the error hook, data, script
+    assert "<title>collage_mlir partition: x%SCRIPT% %DATA% %SVG%</title>" in page
 
 
 def test_model_explain_writes_the_page_of_its_report(mixed, tmp_path):
