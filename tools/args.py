@@ -157,7 +157,9 @@ def check_output_file(path: str, replaced: Path | None = None) -> Path:
     if replaced is not None and (where == replaced or replaced in where.parents):
         raise CollageError(f"{path}: inside {str(replaced)!r}, the folder the model is saved "
                            "to (saving replaces it): write the file elsewhere")
-    held = _saved_model_holding(where)
+    from collage_mlir.runtime.model import saved_model_holding
+
+    held = saved_model_holding(where)
     if held is not None:
         raise CollageError(f"{path}: inside the saved model {str(held)!r} (writing there "
                            "breaks its checksums): write the file elsewhere")
@@ -168,13 +170,6 @@ def check_output_file(path: str, replaced: Path | None = None) -> Path:
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise CollageError(f"{path}: not writable")
     return p
-
-
-def _saved_model_holding(path: Path) -> Path | None:
-    """The saved model folder (`collage-mlir partition -o`) `path` lies in, if any."""
-    from collage_mlir.runtime.model import is_saved_model
-
-    return next((d for d in path.parents if is_saved_model(d)), None)
 
 
 def check_output_dir(path: str) -> Path:

@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     (`report_out.write_json` writes it to the stdout kept here)."""
     from collage_mlir.tools.args import STDOUT
 
-    if getattr(args, "json", None) != STDOUT:
+    if STDOUT not in (getattr(args, "json", None), getattr(args, "html", None)):
         return args._run(args)
     args.json_stream = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):

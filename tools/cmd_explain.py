@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from collage_mlir.errors import CollageError
-from collage_mlir.tools.args import check_output_file
+from collage_mlir.paths import user_path
+from collage_mlir.tools.args import STDOUT, check_output_file
 from collage_mlir.tools.cmd_partition import add_common_arguments, compile_from_args
 from collage_mlir.tools.report_out import (
     Price,
@@ -23,8 +24,9 @@ from collage_mlir.tools.report_out import (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="directory written by `collage-mlir partition -o`, or an "
                                  "ONNX / .mlir model to partition first (nothing is saved)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="HTML file to write (self-contained: opens offline in any browser)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", dest="html",
+                   help="HTML file to write (self-contained: opens offline in any browser; "
+                        "'-': standard output)")
     p.add_argument("--json", metavar="FILE", default=None,
                    help="also write the JSON report the page shows (default: not written)")
     p.add_argument("--layout", choices=["auto", "dot", "layered"], default="auto",
@@ -59,18 +61,27 @@ def report_of(model_dir: str, profile: int, price: Price | None = None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage_mlir.runtime.explain import write_explain
+    from collage_mlir.runtime.explain import explain_html, write_explain
 
     if args.profile < 0:
         raise CollageError(f"--profile {args.profile}: must be 0 or more runs")
-    for path in (args.output, args.json):
+    for path in (args.html, args.json):
         if path:
             check_output_file(path)
+    if args.json and (args.json == args.html if STDOUT in (args.json, args.html) else
+                      user_path(args.json).resolve() == user_path(args.html).resolve()):
+        raise CollageError(f"-o {args.html} and --json {args.json}: the page and the report "
+                           "need two files")
     data = report_for(args)
     t0 = time.perf_counter()
-    out = write_explain(data, args.output, None if args.layout == "auto" else args.layout)
-    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} ops in "
-          f"{data['totals']['regions']} regions, {time.perf_counter() - t0:.2f} s)")
+    layout = None if args.layout == "auto" else args.layout
+    if args.html == STDOUT:
+        args.json_stream.write(explain_html(data, layout))
+        args.json_stream.flush()
+    else:
+        out = write_explain(data, args.html, layout)
+        print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} "
+              f"ops in {data['totals']['regions']} regions, {time.perf_counter() - t0:.2f} s)")
     if args.json:
         write_json(data, args.json, getattr(args, "json_stream", None))
     return 0

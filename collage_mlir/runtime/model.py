@@ -469,6 +469,12 @@ def is_saved_model(d: Path) -> bool:
     return _manifest_of(d) is not None
 
 
+def saved_model_holding(path: Path) -> Path | None:
+    """The saved model folder `path` lies in, if any (a file written there breaks the
+    manifest's checksums)."""
+    return next((d for d in path.resolve().parents if is_saved_model(d)), None)
+
+
 def _manifest_of(d: Path) -> dict | None:
     try:
         manifest = json.loads((d / "manifest.json").read_text())

@@ -8,6 +8,7 @@ import math
 import re
 import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 from explain_model import BACKENDS, COSTS, MODELS, ROOT, SvgPage, mixed_model, need_dot
@@ -317,6 +318,10 @@ def test_model_explain_writes_the_page_of_its_report(mixed, tmp_path):
     parser.feed(page.read_text())
     assert json.loads(parser.data)["report"] == report_data(model.module, model.record(),
                                                              measured, 4)
+    saved = model.save(tmp_path / "saved")  # the command line refuses a page in there
+    with pytest.raises(CollageError, match="inside the saved model"):
+        model.explain(saved / "p.html")
+    assert not (saved / "p.html").exists()
 
 
 def test_two_thousand_ops_open_on_the_region_view():
@@ -376,6 +381,14 @@ def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
                  "--cost", f"table:{COSTS.with_name('explain_costs.json')}"]) == 0
     assert "do not add up" in capsys.readouterr().out
     assert {h["cost_s"] for h in json.loads(again.read_text())["handoffs"]} == {None}
+    # one file for both: the JSON overwrote the page, rc 0; '-o -' wrote a file named '-'
+    capsys.readouterr()
+    assert main(["explain", str(out), "-o", str(page), "--json", str(page)]) == 1
+    assert "the page and the report need two files" in capsys.readouterr().err
+    assert main(["explain", str(out), "-o", "-", "--cost", f"table:{COSTS}"]) == 0
+    shown = capsys.readouterr()
+    assert shown.out.startswith("<!DOCTYPE html>") and "report-data" in shown.out
+    assert not (Path.cwd() / "-").exists()
 
 
 def test_cli_explain_partitions_a_model_file_first(tmp_path, schema):
