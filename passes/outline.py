@@ -30,8 +30,11 @@ class OutlinePass(CollagePass):
     def run_on_module(self, module: ir.Operation) -> None:
         for fn in public_functions(module):
             outline_function(fn)
-        if not module.verify():
-            raise CollageError("outlined module does not verify")
+        try:
+            module.verify()  # these bindings raise MLIRError rather than return False
+        except ir.MLIRError as e:
+            raise CollageError(f"the outlined module does not verify: "
+                               f"{str(e).strip().splitlines()[-1].strip()}") from None
 
 
 def outline_function(fn: ir.Operation) -> list[ir.Operation]:

@@ -52,13 +52,21 @@ def outline_placed(graph: DataflowGraph, placed: Sequence[Placed]) -> list[ir.Op
     the annotate / search attributes from the function. Returns the call ops in order."""
     fn = graph.func_op
     name = function_name(fn)
+    taken = _symbols(fn.parent)
     regions = []
     with fn.context:
         for k, sub_graph, backend, cost in placed:
             attrs = {collage.BACKEND: ir.StringAttr.get(backend)}
             if cost is not None:
                 attrs[collage.ESTIMATED_COST] = ir.FloatAttr.get_f64(cost)
-            regions.append(Region(sub_graph, region_name(name, backend, k), attrs))
+            symbol = region_name(name, backend, k)
+            if symbol in taken:
+                raise CollageError(f"@{name}: its region {k} on {backend} would be @{symbol}, "
+                                   "a name the module already holds (two functions whose "
+                                   "names differ only in punctuation, or a function named "
+                                   "so): rename one")
+            taken.add(symbol)
+            regions.append(Region(sub_graph, symbol, attrs))
     try:
         calls = outline(graph, regions)
     except ValueError as e:
@@ -67,6 +75,13 @@ def outline_placed(graph: DataflowGraph, placed: Sequence[Placed]) -> list[ir.Op
         if key in fn.attributes:
             del fn.attributes[key]
     return calls
+
+
+def _symbols(module_op: ir.Operation) -> set[str]:
+    """The symbol names of the ops directly in `module_op`."""
+    return {ir.StringAttr(op.attributes["sym_name"]).value
+            for op in (o.operation for o in module_op.regions[0].blocks[0].operations)
+            if "sym_name" in op.attributes}
 
 
 def outline(graph: DataflowGraph, regions: list[Region]) -> list[ir.Operation]:
