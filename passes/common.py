@@ -22,6 +22,25 @@ def stamp_nodes(graph: DataflowGraph) -> None:
                 node.op.attributes[collage.NODE] = ir.IntegerAttr.get(i64, node.index)
 
 
+def check_node_stamps(graph: DataflowGraph) -> None:
+    """Refuse a graph whose ops' `collage.node` stamps (where present) are not their
+    indices: the IR was edited after collage-annotate (operands swapped, ops moved), so the
+    candidates, which name nodes by index, would cover other ops than annotate matched."""
+    for node in graph.op_nodes():
+        if collage.NODE not in node.op.attributes:
+            continue
+        attr = node.op.attributes[collage.NODE]
+        try:
+            stamp = ir.IntegerAttr(attr).value
+        except ValueError:
+            stamp = None
+        if stamp != node.index:
+            raise CollageError(
+                f"op {node.op_type} (node {node.index}) is stamped {collage.NODE} = "
+                f"{stamp if stamp is not None else attr}: the IR changed after "
+                "collage-annotate (run it again)")
+
+
 def forget_decision(graph: DataflowGraph) -> None:
     """Remove what collage-search stamped (regions, backends, costs): annotating again
     makes new candidates, and a later pass must not read the old decision as theirs."""

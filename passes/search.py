@@ -25,6 +25,7 @@ from collage_mlir.dialects.func import function_name, public_functions
 from collage_mlir.driver import carve_islands, choose, make_estimator, tolerance
 from collage_mlir.errors import CollageError
 from collage_mlir.graph import DataflowGraph
+from collage_mlir.passes.common import check_node_stamps
 from collage_mlir.passes.registry import CollagePass, option, register
 from collage_mlir.placement import Placement
 from collage_mlir.rules.serialize import candidates_from_attr
@@ -89,6 +90,7 @@ def read_candidates(fn: ir.Operation) -> tuple[DataflowGraph, list]:
                            "collage-annotate first")
     graph = DataflowGraph(fn)
     try:
+        check_node_stamps(graph)
         return graph, candidates_from_attr(graph, fn.attributes[collage.CANDIDATES])
     except CollageError as e:
         raise CollageError(f"@{function_name(fn)}: {e}") from None
