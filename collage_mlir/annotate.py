@@ -52,8 +52,8 @@ class PartitionSpec:
             except Exception as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise CollageError(f"backend '{self.backend_name}' could not say which ops of "
-                                   f"this model it runs ({first}); leave it out with "
-                                   "--backends") from e
+                                   f"this model it runs ({first}); leave it out of the "
+                                   "backends (--backends, backends=)") from e
             self._supported[graph] = bits & graph.op_bits
         return self._supported[graph]
 

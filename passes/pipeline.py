@@ -15,12 +15,16 @@ from collage_mlir.passes.registry import CollagePass, get_pass_class
 
 
 def split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside (), {} or <>."""
-    parts, depth, start = [], 0, 0
+    """Split on commas outside (), {} and quotes (an option value may hold '<' or ',')."""
+    parts, depth, start, quote = [], 0, 0, ""
     for i, ch in enumerate(text):
-        if ch in "({<":
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "({":
             depth += 1
-        elif ch in ")}>":
+        elif ch in ")}":
             depth -= 1
         elif ch == "," and depth == 0:
             parts.append(text[start:i].strip())
@@ -32,10 +36,28 @@ def split_top_level(text: str) -> list[str]:
 
 
 def _strip_anchor(pipeline: str) -> str:
+    """The passes inside the one `builtin.module(...)` anchor (or the text as it is, when
+    it has none)."""
     text = pipeline.strip()
+    anchors = split_top_level(text)
+    if len(anchors) > 1 and all(a.startswith("builtin.module(") for a in anchors):
+        raise CollageError(f"pass pipeline '{pipeline}': give one builtin.module(...) "
+                           "holding every pass")
     if text.startswith("builtin.module(") and text.endswith(")"):
         return text[len("builtin.module("):-1]
     return text
+
+
+def _refuse_nested_collage_passes(element: str) -> None:
+    """Collage passes work on the whole module: one inside `func.func(...)` or a nested
+    anchor reached MLIR's parser, which said it was no registered pass."""
+    inner = element.split("(", 1)[1] if "(" in element else ""
+    named = [parse_element(e)[0] for e in split_top_level(inner.rstrip(")"))]
+    found = [n for n in named if get_pass_class(n.split("(")[-1].strip())]
+    if found:
+        raise CollageError(f"pass pipeline: {found[0]} inside '{element.split('(', 1)[0]}(...)'"
+                           ": collage passes run on the module, directly inside "
+                           "builtin.module(...)")
 
 
 def parse_element(element: str) -> tuple[str, str]:
@@ -55,6 +77,8 @@ class Pipeline:
         for element in split_top_level(_strip_anchor(text)):
             name, opts = parse_element(element)
             cls = get_pass_class(name)
+            if cls is None:
+                _refuse_nested_collage_passes(element)
             self.elements.append(cls.from_options(opts) if cls else element)
 
     def run(self, module: ir.Module) -> None:

@@ -131,7 +131,28 @@ def get_pass_class(name: str) -> type[CollagePass] | None:
 
 
 def _split_options(text: str) -> list[str]:
-    return [t for t in text.replace(",", " ").split() if t]
+    """Option tokens: split on spaces and commas outside quotes, quotes removed, as MLIR
+    reads `key=value` lists (`cost="table:a b,c.json"` keeps its space and comma)."""
+    tokens, token, quote, quoted = [], [], "", False
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                token.append(ch)
+        elif ch in "\"'":
+            quote, quoted = ch, True
+        elif ch in " ,\t\n":
+            if token or quoted:
+                tokens.append("".join(token))
+            token, quoted = [], False
+        else:
+            token.append(ch)
+    if quote:
+        raise CollageError(f"option text {text!r}: a quote is not closed")
+    if token or quoted:
+        tokens.append("".join(token))
+    return tokens
 
 
 def _parse_options(cls: type[CollagePass], text: str) -> dict[str, Any]:

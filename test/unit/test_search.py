@@ -414,3 +414,21 @@ def test_search_function_api_costs_the_annotated_candidates():
     result = search_function(module.body.operations[0], table)
     assert [c.candidate.backend for c in result.choices] == ["b"]
     assert result.total_cost == 1.5 and "b" in result.summary()
+
+
+def test_pipeline_text_splits_as_mlir_reads_it():
+    """Option values holding spaces, commas or '<>' could not be given: commas and spaces
+    always split, quotes stayed in the value, and '>' closed a bracket."""
+    from collage_mlir.passes.pipeline import split_top_level
+    from collage_mlir.passes.registry import _split_options
+
+    assert _split_options('cost="table:d y,z.json" backends=a,b') == [
+        "cost=table:d y,z.json", "backends=a", "b"]
+    assert _split_options("backends='iree' x=") == ["backends=iree", "x="]
+    assert _split_options('rtol=""') == ["rtol="]
+    with pytest.raises(CollageError, match="a quote is not closed"):
+        _split_options('cost="table:a')
+    assert split_top_level("collage-search{cost=table:a>b.json},canonicalize") == [
+        "collage-search{cost=table:a>b.json}", "canonicalize"]
+    assert split_top_level('a{x="p,q)"},func.func(cse,canonicalize)') == [
+        'a{x="p,q)"}', "func.func(cse,canonicalize)"]
