@@ -517,6 +517,7 @@ def report_data(module: ir.Module, record: Record,
     plan = build_plan(module)
     functions = region_functions(module)
     rows = {r.region: r for r in record.rows}
+    refined = _refinement_kept(record.trials)
     slots = _Slots()
     args = public_functions(module)[0].regions[0].blocks[0].arguments
     for k, (name, arg) in enumerate(zip(plan.input_names, args, strict=True)):
@@ -538,7 +539,7 @@ def report_data(module: ir.Module, record: Record,
             slots.producer[slot], slots.backend[slot] = step.callee, step.backend
             slots.type[slot] = graph.nodes[node].values[r].type
         regions.append(_region(k, step, ops, rows.get(step.callee), functions[step.callee],
-                               record.verdict))
+                               record.verdict, refined))
     handoffs += [_handoff(slots, slot, HOST, HOST) for slot in dict.fromkeys(plan.outputs)
                  if slots.producer[slot] != HOST]  # an input or constant returned moves nothing
     if transition is not None:
@@ -642,10 +643,17 @@ def _price(handoffs: list[dict], regions: list[dict],
                               else None)
 
 
+def _refinement_kept(trials: Sequence[Trial]) -> Trial | None:
+    """The neighbour refinement kept over the incumbent (its first trial), if any."""
+    refine = [t for t in trials if t.phase == "refine"]
+    return next((t for t in refine[1:] if t.kept), None)
+
+
 def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
-            fn: ir.Operation, verdict: Verdict | None) -> dict:
-    """One region's entry: its ops, estimate, runner-up and why it won (the end-to-end
-    check, when it replaced the search's pick by this whole-model region)."""
+            fn: ir.Operation, verdict: Verdict | None, refined: Trial | None) -> dict:
+    """One region's entry: its ops, estimate, runner-up and why it won (refinement, when it
+    kept a neighbour of the checked pick; the end-to-end check, when it replaced the
+    search's pick by this whole-model region)."""
     estimate = row.estimated_cost if row else None
     if estimate is None and collage.ESTIMATED_COST in fn.attributes:
         estimate = ir.FloatAttr(fn.attributes[collage.ESTIMATED_COST]).value
@@ -653,7 +661,11 @@ def _region(k: int, step: Step, ops: list[dict], row: ReportRow | None,
     if row and row.runner_up:
         runner_up = {"backend": row.runner_up, "estimated_s": _finite(row.runner_up_cost)}
     won_by, why = _why(step.backend, estimate, runner_up)
-    if verdict is not None and verdict.kept != "pick":
+    if refined is not None:
+        won_by = "refine"
+        why = (f"refinement: {refined.what} ran faster end to end than what the check kept"
+               + (f" ({_ms(refined.measured_s)} ms)" if refined.measured_s else ""))
+    elif verdict is not None and verdict.kept != "pick":
         won_by = "check"
         why = (f"end-to-end check: {verdict.kept} "
                + ", ".join(f"{n} {_ms(t)} ms" for n, t in verdict.timings.items())

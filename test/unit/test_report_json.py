@@ -25,6 +25,7 @@ from collage_mlir.runtime.report import (
     Record,
     Rejection,
     ReportRow,
+    Trial,
     Verdict,
     _why,
     report_data,
@@ -230,6 +231,14 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     assert data["phases_s"] == {"measure": 1.25}
     assert {r["won_by"] for r in data["regions"]} == {"check"}
     assert "pick 2.000 ms" in data["regions"][0]["why"]
+    # refinement then kept a neighbour: its regions were all said to be the check's
+    # whole-model region
+    again.trials = [Trial("refine", "incumbent (the checked pick)", 1.5e-3, 1.5e-3, False),
+                    Trial("refine", "flip region 0 to onnxruntime", 1.4e-3, 1.2e-3, True)]
+    data = report_data(model.module, again)
+    jsonschema.validate(data, schema)
+    assert {r["won_by"] for r in data["regions"]} == {"refine"}
+    assert "flip region 0 to onnxruntime ran faster" in data["regions"][0]["why"]
 
 
 def describe_text(model, record: Record) -> str:
