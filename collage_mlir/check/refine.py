@@ -179,7 +179,7 @@ class Refinement:
         kept = any(t.kept for t in self.trials)
         noise = f"noise ±{self.noise:.1%}; " if self.noise is not None else ""
         budget = f" of a {self.budget_s:.1f} s budget" if self.budget_s is not None else ""
-        first = Trial(PHASE, "incumbent (the checked pick)", estimate_s, self.incumbent_s,
+        first = Trial(PHASE, "incumbent", estimate_s, self.incumbent_s,
                       not kept, f"{noise}{self.seconds:.1f} s{budget} (building "
                                 f"{self.building_s:.1f} s)")
         return [first, *self.trials]
@@ -521,6 +521,11 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
             if estimator is not None:  # the search's cover is cut at max_depth: merge it
                 nb = coalesce(nb, estimator.estimate, transition, MAX_SPLIT_MERGES)[0]
             what += f" into {len(nb.choices) - len(pick.choices) + 1}"
+            if _regions(nb) == _regions(pick):  # merged back whole: the pick itself
+                record.building_s += time.perf_counter() - building
+                record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
+                                           "not built: merging its parts gave the pick back"))
+                continue
         above = _above(nb, pick) if estimator is not None and _carves(nb) else 0.0
         if above > ESTIMATE_SLACK:
             record.building_s += time.perf_counter() - building

@@ -602,6 +602,21 @@ def test_a_region_is_split_where_its_own_backends_parts_cost_less(doubles, monke
     np.testing.assert_allclose(better.run(x)[0], incumbent.run(x)[0])
 
 
+def test_a_split_that_merges_back_whole_is_not_built_as_a_neighbour(doubles, monkeypatch):
+    """Merging a split's parts (they measure dearer than their union) gave the pick back,
+    and refinement timed it as a neighbour: "split ... into 1", the pick against itself."""
+    pristine, incumbent, cands, costs = whole_pick()
+    costs = [4e-3] + [math.inf if c.backend == FAULT else cost
+                      for c, cost in zip(cands[1:], costs[1:], strict=True)]
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(lambda n: 1e-3))
+    better, record = refine_mod.refine(incumbent, pristine, cands, costs, None, 5.0,
+                                       driver.report_rows, estimator=RestsDouble(refuse=0))
+    assert better is None
+    [trial] = [t for t in record.trials if t.what.startswith("split")]
+    assert trial.what.endswith("into 1") and trial.measured_s is None
+    assert trial.why == "not built: merging its parts gave the pick back"
+
+
 def test_no_split_where_the_whole_region_is_its_backends_cheapest_cover(doubles):
     """whole_pick's whole model (2.5 ms) beats its single ops on numpy_test (3 ms), and a
     region whose node has no finite candidate of its own backend is not split either."""
