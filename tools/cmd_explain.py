@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = write_explain(data, args.html, layout)
         print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB, {data['totals']['ops']} "
-              f"ops in {data['totals']['regions']} regions, {time.perf_counter() - t0:.2f} s)")
+              f"ops in {data['totals']['regions']} region"
+              f"{'s' if data['totals']['regions'] != 1 else ''}, "
+              f"{time.perf_counter() - t0:.2f} s)")
     if args.json:
         write_json(data, args.json, getattr(args, "json_stream", None))
     return 0

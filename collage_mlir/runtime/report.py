@@ -78,7 +78,8 @@ def format_report(rows: list[ReportRow], total: float | None = None,
              for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if total is not None:
-        lines.append(f"estimated total: {_ms(total)} ms over {len(rows)} regions")
+        lines.append(f"estimated total: {_ms(total)} ms over {len(rows)} "
+                     f"region{'s' if len(rows) != 1 else ''}")
     if measured is not None:
         lines.append(f"measured sum of region calls: {_ms(sum(measured.values()))} ms")
         lines.append(additive_error_line([r.estimated_cost for r in rows],

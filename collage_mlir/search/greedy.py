@@ -181,7 +181,7 @@ def _why_not(regions: list[CandidatePartition], costs: list[float],
             why = (reason(r) if reason else "") or "cannot run"
             return f"region {k} ({r.backend}, {len(r.sub_graph)} ops): {why.splitlines()[0]}"
     unknown = sum(math.isnan(c) for c in costs)
-    return f"{unknown} region(s) not measured" if unknown else ""
+    return f"no cost known for {unknown} region(s) (not measured, or not in the table)" if unknown else ""
 
 
 def best(baselines: Sequence[Baseline]) -> Baseline | None:

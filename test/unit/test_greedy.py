@@ -99,7 +99,7 @@ def test_first_claim_follows_the_priority_order_with_the_fallback_last(graph):
     fc = out["first_claim(iree>ov>ort)"]
     assert fc.order == ("iree", "ov", "ort")
     assert regions(fc) == [("iree", [1, 2]), ("ov", [3, 4, 5])]
-    assert math.isnan(fc.cost) and fc.reason == "1 region(s) not measured"
+    assert math.isnan(fc.cost) and fc.reason == "no cost known for 1 region(s) (not measured, or not in the table)"
 
 
 def test_regions_no_candidate_covers_are_estimated_in_one_batch(graph):
@@ -153,7 +153,7 @@ def test_a_first_claim_the_run_did_not_measure_is_not_measured_here(graph):
     b = out["partition_for_ov"]
     assert regions(b) == [("ort", [1, 2, 3]), ("ov", [4, 5])]
     assert asked == [[("ort", [1, 2, 3])]]
-    assert math.isnan(b.cost) and b.reason == "1 region(s) not measured"
+    assert math.isnan(b.cost) and b.reason == "no cost known for 1 region(s) (not measured, or not in the table)"
 
 
 def test_a_fallback_region_the_run_left_unmeasured_is_estimated(graph):
