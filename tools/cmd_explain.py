@@ -89,6 +89,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_partition_options(args: argparse.Namespace, path: Path) -> None:
+    """A saved model is drawn as it was partitioned: the options that only partitioning
+    reads were silently ignored for it (`--cost` and `--cache` price its hand-offs)."""
+    parser = argparse.ArgumentParser()
+    add_common_arguments(parser)
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    given = [flags[k] for k, default in vars(parser.parse_args([])).items()
+             if k not in ("cost", "cache") and getattr(args, k, default) != default]
+    if given:
+        raise CollageError(f"{path}: a saved model is drawn as it was partitioned; "
+                           f"{', '.join(given)} only applies to a model file explain "
+                           "partitions first")
+
+
 def report_for(args: argparse.Namespace) -> dict:
     """The report the page draws: of the saved model `args.model`, or of the model file
     partitioned here with the command's options."""
@@ -97,6 +111,7 @@ def report_for(args: argparse.Namespace) -> dict:
         raise CollageError(f"{path}: not found (expected a directory written by `partition -o`, "
                            "or a model file)")
     if path.is_dir():
+        _refuse_partition_options(args, path)
         data = report_of(args.model, args.profile,
                          hand_off_prices(args.cost, args.cache, required=False))
         if not consistent(data):

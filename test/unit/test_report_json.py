@@ -394,6 +394,10 @@ def test_cli_partition_json_then_explain(tmp_path, schema, capsys):
     capsys.readouterr()
     assert main(["explain", str(out), "-o", str(page), "--json", str(page)]) == 1
     assert "the page and the report need two files" in capsys.readouterr().err
+    assert main(["explain", str(out), "-o", str(page), "--max-depth", "1",
+                 "--input-shape", "x=1x2"]) == 1  # silently ignored
+    assert ("a saved model is drawn as it was partitioned; --input-shape, --max-depth only "
+            "applies to a model file") in capsys.readouterr().err
     assert main(["explain", str(out), "-o", "-", "--cost", f"table:{COSTS}"]) == 0
     shown = capsys.readouterr()
     assert shown.out.startswith("<!DOCTYPE html>") and "report-data" in shown.out
