@@ -368,7 +368,7 @@ class Record:
                 "op_names": dict(self.op_names),
                 "baselines": [asdict(b) for b in self.baselines],
                 "skipped": dict(self.skipped),
-                "trials": [asdict(t) for t in self.trials]}
+                "trials": [_trial_json(t) for t in self.trials]}
 
     @staticmethod
     def from_manifest(manifest: Mapping) -> Record:
@@ -553,7 +553,7 @@ def report_data(module: ir.Module, record: Record,
             "totals": _totals(regions, record), "regions": regions, "handoffs": handoffs,
             "verdict": _verdict(record.verdict), "phases_s": dict(record.timings),
             "left_out": [asdict(g) for g in record.rejected], "profile": None,
-            "baselines": _baselines(record), "trials": [asdict(t) for t in record.trials]}
+            "baselines": _baselines(record), "trials": [_trial_json(t) for t in record.trials]}
     if measured is not None:
         data["profile"] = _profile(regions, measured, data["totals"]["estimated_s"], rounds,
                                    chain_s)
@@ -690,6 +690,13 @@ def _why(backend: str, estimate: float | None, runner_up: dict | None) -> tuple[
                           f"{_ms(theirs)} ms")
     return "hand-offs", (f"hand-offs: {other}'s kernel is {_ms(estimate - theirs)} ms cheaper, "
                          f"but the cover with it costs more in hand-offs")
+
+
+def _trial_json(t: Trial) -> dict:
+    """A trial as JSON: a cover that cannot run (estimate inf) is null, not `Infinity`,
+    which strict JSON readers refuse."""
+    return {**asdict(t), "estimate_s": _finite(t.estimate_s),
+            "measured_s": _finite(t.measured_s)}
 
 
 def _finite(x: float | None) -> float | None:

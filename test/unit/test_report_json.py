@@ -238,6 +238,11 @@ def test_verdict_and_left_out_survive_the_manifest(mixed, schema):
     data = report_data(model.module, again)
     jsonschema.validate(data, schema)
     assert {r["won_by"] for r in data["regions"]} == {"refine"}
+    again.trials.append(Trial("refine", "islands x", math.inf, math.nan, False, "cannot run"))
+    text = json.dumps(report_data(model.module, again), allow_nan=False)  # no Infinity
+    assert json.loads(text)["trials"][-1]["estimate_s"] is None
+    manifest = json.dumps(again.to_manifest(), allow_nan=False)
+    assert Record.from_manifest(json.loads(manifest)).trials[-1].measured_s is None
     assert "flip region 0 to onnxruntime ran faster" in data["regions"][0]["why"]
 
 
