@@ -944,7 +944,8 @@ def remeasure_drifted(estimator: CostEstimator, verdict: Verdict, pick: Partitio
 
 def merge_trial(m: Merge) -> Trial:
     """A merge as the report lists it."""
-    sizes = " and ".join(f"{len(p)}-op" for p in m.parts)
+    sizes = (" and ".join(f"{len(p)}-op" for p in m.parts) if len(m.parts) == 2 else
+             f"{len(m.parts)} adjacent ({sum(map(len, m.parts))} ops)")
     why = (f"estimate {m.before_s * 1e3:.4g} -> {m.after_s * 1e3:.4g} ms" if math.isfinite(m.after_s)
            else "the union does not run (measured invalid)")
     return Trial("merge", f"join {sizes} regions on {m.backend}", m.after_s

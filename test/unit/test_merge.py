@@ -82,21 +82,48 @@ def test_a_union_that_would_close_a_cycle_is_not_tried():
     assert merged is pick and estimate.batches == []
 
 
+class AtMost(SumOfParts):
+    """Test double: as SumOfParts, but a region of more than `most` ops cannot run."""
+
+    def __init__(self, per_node: float, most: int) -> None:
+        super().__init__(per_node)
+        self.most = most
+
+    def __call__(self, cands: list[CandidatePartition]) -> list[float]:
+        costs = super().__call__(cands)
+        return [math.inf if len(c.sub_graph.nodes) > self.most else k
+                for c, k in zip(cands, costs, strict=True)]
+
+
+def test_a_long_chain_is_merged_whole_in_one_measurement():
+    """A chain of 40 one-op regions: pairs measured 64 unions and merged 34 of them, then
+    the budget was spent (190 regions left of 224 in a hunt); the maximal group is one
+    union, measured once."""
+    graph, n = graph_of([[]] + [[k] for k in range(39)])
+    pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(40)], switch_everywhere)
+    estimate = SumOfParts(1.0)
+    merged, log = coalesce(pick, estimate, switch_everywhere, max_tries=4)
+    assert len(merged.choices) == 1 and merged.total_cost == 40.0
+    assert [len(b) for b in estimate.batches] == [1] and len(log[0].parts) == 40
+
+
 def test_merges_are_measured_in_batches_and_chain_over_rounds():
+    """Where the whole group cannot run, pairs are measured a round at a time."""
     graph, n = graph_of([[], [0], [1], [2], [3], [4]])
     pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(6)], switch_everywhere)
-    estimate = SumOfParts(1.0)
+    estimate = AtMost(1.0, most=4)
     merged, log = coalesce(pick, estimate, switch_everywhere)
-    assert len(merged.choices) == 1
-    assert len(estimate.batches[0]) == 5  # every adjacent pair of the first round, at once
-    assert len(estimate.batches) < 5  # rounds, not one union at a time
-    assert merged.total_cost == 6.0
+    assert [len(c.candidate.sub_graph.nodes) for c in merged.choices] == [4, 2]
+    assert len(estimate.batches[0]) == 1 and not log[0].kept  # the group of six
+    assert len(estimate.batches[1]) == 5  # every adjacent pair of the first round, at once
+    assert len(estimate.batches) < 6  # rounds, not one union at a time
+    assert merged.total_cost == 6.0 + 0.5
 
 
 def test_the_number_of_unions_measured_is_bounded():
     graph, n = graph_of([[], [0], [1], [2], [3], [4]])
     pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(6)], switch_everywhere)
-    estimate = SumOfParts(1.0)
+    estimate = AtMost(1.0, most=2)  # the group of six fails: pairs are tried
     coalesce(pick, estimate, switch_everywhere, max_tries=3)
     assert sum(len(b) for b in estimate.batches) == 3
 
@@ -107,9 +134,10 @@ def test_merges_are_reported_as_trials():
 
     graph, n = graph_of([[], [0], [1]])
     pick = pick_of(graph, [([n[k]], "a", 1.0) for k in range(3)], switch_everywhere)
-    _, log = coalesce(pick, SumOfParts(1.0), switch_everywhere)
+    _, log = coalesce(pick, AtMost(1.0, most=2), switch_everywhere)
     trials = [merge_trial(m) for m in log]
+    assert trials[0].what == "join 3 adjacent (3 ops) regions on a" and not trials[0].kept
     assert all(t.phase == "merge" and t.what == "join 1-op and 1-op regions on a"
-               for t in trials[:1])
+               for t in trials[1:2])
     assert [t.kept for t in trials] == [m.kept for m in log]
     assert "union(s) of adjacent regions kept" in format_trials(trials)
