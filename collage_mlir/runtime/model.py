@@ -328,9 +328,15 @@ class PartitionedModel:
 
     def explain(self, path: str | os.PathLike, measured: Mapping[str, float] | None = None,
                 rounds: int | None = None) -> Path:
-        """Write the partition as one self-contained HTML page (`runtime/explain.py`)."""
+        """Write the partition as one self-contained HTML page (`runtime/explain.py`); a
+        path inside a saved model is refused (a file there breaks the manifest's checksums,
+        and the folder could no longer be saved over)."""
         from collage_mlir.runtime.explain import write_explain
 
+        held = saved_model_holding(user_path(path))
+        if held is not None:
+            raise CollageError(f"{path}: inside the saved model {str(held)!r} (writing there "
+                               "breaks its checksums): write the page elsewhere")
         return write_explain(report_data(self.module, self.record(), measured, rounds), path)
 
     # -- persistence --------------------------------------------------------------------
