@@ -176,11 +176,18 @@ def _total_with(graph: DataflowGraph, choices: Sequence[Choice | None], parts: S
                 union: CandidatePartition, cost: float, transition: TransitionCost | None
                 ) -> float:
     """The cover's estimate with regions `parts` replaced by `union` at `cost` (None
-    entries are regions merged away this round)."""
+    entries are regions merged away this round); inf when the union cannot run or would
+    close a cycle between regions (a convex union can still feed, through a third region,
+    a region that feeds it)."""
     if not math.isfinite(cost):
         return math.inf
     rest = [ch for k, ch in enumerate(choices) if k not in parts and ch is not None]
-    return _evaluate(graph, rest + [Choice(union, cost)], transition)[0]
+    after = rest + [Choice(union, cost)]
+    try:
+        execution_order(graph, [ch.candidate for ch in after])
+    except ValueError:
+        return math.inf
+    return _evaluate(graph, after, transition)[0]
 
 
 def _evaluate(graph: DataflowGraph, choices: Sequence[Choice],

@@ -107,6 +107,20 @@ def test_a_long_chain_is_merged_whole_in_one_measurement():
     assert [len(b) for b in estimate.batches] == [1] and len(log[0].parts) == 40
 
 
+def test_a_union_that_would_close_a_cycle_through_another_region_is_not_kept():
+    """A feeds R and B reads R: {A, B} is convex, yet with R between them the regions form
+    a cycle, and the run ended in an internal error ("regions form a cycle")."""
+    # n0 (A) -> n2 (R) -> n3 (R); n1 (R) -> n3 and n1 -> n4 (B); n0 -> n4; n4 -> n5 (C)
+    graph, n = graph_of([[], [], [0], [2, 1], [1, 0], [4]])
+    pick = pick_of(graph, [([n[0]], "a", 1.0), ([n[1], n[2], n[3]], "b", 1.0),
+                           ([n[4]], "a", 1.0), ([n[5]], "a", 1.0)], switch_everywhere)
+    merged, log = coalesce(pick, SumOfParts(1.0), switch_everywhere)
+    check_cover(graph, merged.candidates)
+    assert sorted(sorted(c.candidate.sub_graph.nodes) for c in merged.choices) == sorted(
+        [[n[0]], sorted([n[1], n[2], n[3]]), sorted([n[4], n[5]])])
+    assert not log[0].kept and math.isinf(log[0].after_s)  # the group of A, B and C
+
+
 def test_merges_are_measured_in_batches_and_chain_over_rounds():
     """Where the whole group cannot run, pairs are measured a round at a time."""
     graph, n = graph_of([[], [0], [1], [2], [3], [4]])
