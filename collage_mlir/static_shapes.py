@@ -140,7 +140,8 @@ def specialize_inputs(proto: onnx.ModelProto, shapes: InputShapes | None, label:
     if dynamic:
         said = ", ".join(f"'{n}' {format_dims(d or ['?'])}" for n, d in dynamic)
         flags = " ".join(f"--input-shape {n}=" + "x".join(
-            str(d) if isinstance(d, int) else "1" for d in dims or [1]) for n, dims in dynamic)
+            str(d) if isinstance(d, int) else str(named.value(d, 1)) for d in dims or [1])
+            for n, dims in dynamic)
         raise CollageError(
             f"{label}: input{'s' if len(dynamic) > 1 else ''} {said} "
             f"{'have dynamic shapes' if len(dynamic) > 1 else 'has a dynamic shape'}; give "
@@ -165,10 +166,16 @@ class _NamedDims:
                 continue
             other, other_axis, value = self.seen.setdefault(d, (name, axis, g))
             if value != g:
-                raise CollageError(
-                    f"{self.label}: inputs '{other}' and '{name}' share dimension '{d}' "
-                    f"(axis {other_axis} of '{other}', axis {axis} of '{name}'), but the "
-                    f"shapes given for them put {value} and {g} there")
+                who = (f"input '{name}' names dimension '{d}' at axes {other_axis} and "
+                       f"{axis}, but the shape given for it puts" if other == name else
+                       f"inputs '{other}' and '{name}' share dimension '{d}' (axis "
+                       f"{other_axis} of '{other}', axis {axis} of '{name}'), but the "
+                       "shapes given for them put")
+                raise CollageError(f"{self.label}: {who} {value} and {g} there")
+
+    def value(self, dim: str | None, default: int) -> int:
+        """The value given for named dim `dim` so far, else `default`."""
+        return self.seen[dim][2] if dim in self.seen else default
 
 
 def _by_name(samples: SampleShapes | None, names: list[str]) -> dict[str, Sequence[int]]:

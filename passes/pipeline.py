@@ -40,7 +40,7 @@ def _strip_anchor(pipeline: str) -> str:
     it has none)."""
     text = pipeline.strip()
     anchors = split_top_level(text)
-    if len(anchors) > 1 and all(a.startswith("builtin.module(") for a in anchors):
+    if len(anchors) > 1 and any(a.startswith("builtin.module(") for a in anchors):
         raise CollageError(f"pass pipeline '{pipeline}': give one builtin.module(...) "
                            "holding every pass")
     if text.startswith("builtin.module(") and text.endswith(")"):

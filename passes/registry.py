@@ -168,7 +168,10 @@ def _parse_options(cls: type[CollagePass], text: str) -> dict[str, Any]:
                 known = ", ".join(cls.option_names()) or "none"
                 raise CollageError(f"pass '{cls.name}': unknown option '{key.replace('_', '-')}'"
                                    f" (options: {known})")
-            raw[key] = [value] if value else []
+            if _is_list(hints[key]):  # a quoted list ("a,b") holds its commas
+                raw[key] = [v for v in value.split(",") if v]
+            else:  # an empty string option ("cache=") means its default
+                raw[key] = [value] if value or hints[key] is str else []
             last = key
         elif token.replace("-", "_") in fields:  # an option name without '=value'
             raise _needs_value(cls.name, token.replace("-", "_"), hints)

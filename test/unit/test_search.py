@@ -428,6 +428,11 @@ def test_pipeline_text_splits_as_mlir_reads_it():
     assert _split_options('rtol=""') == ["rtol="]
     with pytest.raises(CollageError, match="a quote is not closed"):
         _split_options('cost="table:a')
+    from collage_mlir.passes.pipeline import Pipeline
+
+    [search_pass] = Pipeline('collage-search{cache="" backends="onnxruntime,openvino"}'
+                             ).elements
+    assert search_pass.cache == "" and search_pass.backends == ("onnxruntime", "openvino")
     assert split_top_level("collage-search{cost=table:a>b.json},canonicalize") == [
         "collage-search{cost=table:a>b.json}", "canonicalize"]
     assert split_top_level('a{x="p,q)"},func.func(cse,canonicalize)') == [

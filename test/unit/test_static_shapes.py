@@ -300,6 +300,12 @@ def test_inputs_sharing_a_named_dim_must_be_given_one_value_for_it(shapes, sampl
     assert fragment in str(err.value)
     module = import_onnx(model, samples={"a": (2, 5), "b": (2, 5)})
     assert "!torch.vtensor<[2,5],f32>" in str(module)
+    with pytest.raises(CollageError, match=r"--input-shape b=2x7 "):  # the hint said 1x1
+        import_onnx(model, input_shapes={"a": (2, 7)})
+    square = onnx.parser.parse_model(SHARED_DIMS.replace("float[B,S] a", "float[S,S] a"))
+    with pytest.raises(CollageError, match=r"input 'a' names dimension 'S' at axes 0 and 1, "
+                                           r"but the shape given for it puts 2 and 3 there"):
+        import_onnx(square, input_shapes={"a": (2, 3)})
 
 
 def test_a_data_dependent_shape_is_named() -> None:

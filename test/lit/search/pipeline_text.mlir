@@ -2,6 +2,7 @@
 // RUN: not collage-opt %s --pass-pipeline='func.func(collage-annotate{backends=onnxruntime})' 2>&1 | filecheck %s --check-prefix=NESTED
 // RUN: not collage-opt %s --pass-pipeline='builtin.module(builtin.module(collage-annotate{backends=onnxruntime}))' 2>&1 | filecheck %s --check-prefix=NESTED
 // RUN: not collage-opt %s --pass-pipeline='builtin.module(collage-annotate{backends=onnxruntime}),builtin.module(collage-annotate{backends=iree})' 2>&1 | filecheck %s --check-prefix=TWO
+// RUN: not collage-opt %s --pass-pipeline='builtin.module(collage-annotate{backends=onnxruntime}),canonicalize' 2>&1 | filecheck %s --check-prefix=TWO
 
 // Pipeline text as MLIR spells it: quoted option values ('"iree"' was taken with its
 // quotes: "unknown backend '\"iree\"'"); a collage pass nested under another anchor (MLIR
