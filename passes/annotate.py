@@ -56,4 +56,4 @@ class AnnotatePass(CollagePass):
                 fn.attributes[collage.CANDIDATES] = candidates_to_attr(candidates, fn.context)
             if self.print_summary:
                 sys.stderr.write(f"collage-annotate @{function_name(fn)}: "
-                                 f"{summary(candidates)}\n")
+                                 f"{summary(candidates, self.backends)}\n")

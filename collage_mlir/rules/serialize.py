@@ -59,12 +59,16 @@ def candidates_from_attr(graph: DataflowGraph, attr: ir.Attribute) -> list[Candi
     return out
 
 
-def summary(candidates: Sequence[CandidatePartition]) -> str:
-    """Counts per backend and per (backend, rule), one line each, sorted."""
+def summary(candidates: Sequence[CandidatePartition], backends: Sequence[str] = ()) -> str:
+    """Counts per backend and per (backend, rule), one line each, sorted; a backend of
+    `backends` with no candidate says so (it runs none of the ops)."""
     per_backend = Counter(c.backend for c in candidates)
     per_rule = Counter((c.backend, c.rule_name) for c in candidates)
     lines = [f"{len(candidates)} candidates"]
-    for backend in sorted(per_backend):
+    for backend in sorted(set(per_backend) | set(backends)):
+        if not per_backend[backend]:
+            lines.append(f"  {backend}: 0 (it runs none of these ops)")
+            continue
         rules = ", ".join(f"{rule or '-'}: {n}" for (b, rule), n in sorted(per_rule.items())
                           if b == backend)
         lines.append(f"  {backend}: {per_backend[backend]} ({rules})")
