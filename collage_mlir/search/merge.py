@@ -4,7 +4,8 @@ become one region when the merged kernel, measured, is not slower.
 The search only knows the candidates the rules produced, and a rule bounds their size
 (`max_depth`), so a pick often holds a chain of regions on one backend whose boundaries
 cost a kernel switch each. Two regions are *adjacent* when one reads a value the other
-produces; their union is tried when it is convex (so the cover stays acyclic). First each
+produces; their union is tried when it is convex, and kept only while the regions stay
+acyclic (a convex union can still close a cycle through a third region). First each
 maximal group of three or more regions on one backend, connected by adjacency, is tried as
 one union (a long chain of small regions becomes one region for one measurement, where
 pairs would spend the budget of measured unions long before the chain is whole). Then every
@@ -68,7 +69,7 @@ def coalesce(pick: Partitioning, estimate: Estimate, transition: TransitionCost 
                                    tried, log)
     for _ in range(MAX_ROUNDS):
         pairs = [(a, b) for a, b in _adjacent_pairs(graph, choices)
-                 if (choices[a].candidate.backend, _union_bits(choices, a, b)) not in tried]
+                 if (choices[a].candidate.backend, _bits(choices, (a, b))) not in tried]
         pairs = pairs[: max(0, max_tries - len(tried))]
         if not pairs:
             break
@@ -159,16 +160,12 @@ def _adjacent_pairs(graph: DataflowGraph, choices: Sequence[Choice]) -> list[tup
     """Adjacent regions on one backend whose union is convex."""
     return [(a, b) for a, b in adjacent_regions(choices)
             if choices[a].candidate.backend == choices[b].candidate.backend
-            and SubGraph(graph, _union_bits(choices, a, b)).is_convex]
-
-
-def _union_bits(choices: Sequence[Choice], a: int, b: int) -> int:
-    return choices[a].candidate.inside | choices[b].candidate.inside
+            and SubGraph(graph, _bits(choices, (a, b))).is_convex]
 
 
 def _union(graph: DataflowGraph, choices: Sequence[Choice], a: int, b: int
            ) -> CandidatePartition:
-    return CandidatePartition(SubGraph(graph, _union_bits(choices, a, b)),
+    return CandidatePartition(SubGraph(graph, _bits(choices, (a, b))),
                               choices[a].candidate.backend, RULE)
 
 
