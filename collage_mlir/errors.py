@@ -7,3 +7,10 @@ class CollageError(Exception):
     The command-line tools print `str(error)` on one line and exit with status 1, so the
     message must name the file, node or op at fault.
     """
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line for a message: its type and the first line of its text,
+    cut to 300 characters (a backend's exception may carry pages)."""
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__

@@ -26,7 +26,7 @@ from collage_mlir.backends.registry import get_backend, register_backend
 from collage_mlir.check.compare import whole_model_kernel
 from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
 from collage_mlir.dialects.func import function_name, public_functions
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, one_line
 from collage_mlir.export import with_onnx_names_of
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.graph.outline import outline_placed
@@ -86,7 +86,7 @@ def run(job: dict[str, Any], out: IO[str]) -> int:
     except Exception as e:  # the probe's own trouble, not a backend's: no one is blamed
         traceback.print_exc()
         ch.current = {}
-        ch.fail(f"the probe failed: {_one_line(e)}")
+        ch.fail(f"the probe failed: {one_line(e)}")
     return 0
 
 
@@ -135,11 +135,6 @@ def _call_names(n: int, given: bool) -> list[str]:
             for v in range(n)]
 
 
-def _one_line(e: BaseException) -> str:
-    first = (str(e).strip().splitlines() or [""])[0][:300]
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
-
-
 def _declared(module: ir.Module) -> list[TensorSpec | None]:
     """The shapes and dtypes the model's entry point returns."""
     return result_specs(public_functions(module)[0])
@@ -172,16 +167,16 @@ def _reference(ch: Channel, pristine: ir.Module, spec: dict[str, Any] | None,
     except Exception as e:
         if given and len(inputs) > 1 and _runs(kernel, inputs[1]):
             ch.send(bad_inputs=f"the reference backend {spec['target']} refuses them and "
-                               f"runs made-up ones: {_one_line(e)}")
+                               f"runs made-up ones: {one_line(e)}")
             raise Failed("bad inputs") from None
         ch.send(note=f"reference {spec['target']} cannot run the whole model "
-                     f"({_one_line(e)}); outputs not checked end to end")
+                     f"({one_line(e)}); outputs not checked end to end")
         return None
     try:
         outs += [kernel.run(x) for x in inputs[1:]]
     except Exception as e:
         ch.send(note=f"reference {spec['target']} cannot run the whole model "
-                     f"({_one_line(e)}); outputs not checked end to end")
+                     f"({one_line(e)}); outputs not checked end to end")
         return None
     return [[None if src not in at else out[at[src]] for src in graph.outputs] for out in outs]
 
@@ -213,7 +208,7 @@ def _compile_pick(ch: Channel, module: ir.Module, allow: float) -> PartitionedMo
             compiled = backend.compile_many([region_module(regions[n]) for n in batch])
             for n, k in zip(batch, compiled, strict=True):
                 if isinstance(k, Exception):
-                    raise ch.fail(f"raised {with_onnx_names_of(_one_line(k), regions[n])}",
+                    raise ch.fail(f"raised {with_onnx_names_of(one_line(k), regions[n])}",
                                   regions=[n])
                 kernels[n] = k
     return PartitionedModel(module, kernels, backends)
@@ -242,7 +237,7 @@ class _Announced(Kernel):
         try:
             outputs = [np.asarray(o) for o in self.inner.run(inputs)]
         except Exception as e:
-            raise self.ch.fail(f"raised {with_onnx_names_of(_one_line(e), self.fn)}") from None
+            raise self.ch.fail(f"raised {with_onnx_names_of(one_line(e), self.fn)}") from None
         why = _mismatch(outputs, self.specs, None)
         if why:
             raise self.ch.fail(why)
@@ -364,7 +359,7 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
         raise
     except Exception as e:
         ch.send(note=f"{backend} whole model left out of the end-to-end check: "
-                     f"raised {_one_line(e)}")
+                     f"raised {one_line(e)}")
         return None
     if compile_s < SAVE_ALTERNATIVE_ABOVE_S:
         return ""
@@ -402,7 +397,7 @@ def _save(ch: Channel, model: PartitionedModel, scratch: Path, allow: float
                 model.kernels[step.callee], region_module(regions[step.callee]), stem)
         except Exception as e:  # the parent compiles this one again
             ch.send(note=f"{step.backend} cannot save region {step.callee} "
-                         f"({_one_line(e)}); compiled again")
+                         f"({one_line(e)}); compiled again")
             continue
         if files:
             saved[step.callee] = stem

@@ -25,7 +25,7 @@ from iree.compiler import ir
 from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.dialects import collage
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, one_line
 from collage_mlir.export import with_onnx_names_of
 from collage_mlir.export.resources import share_store
 from collage_mlir.importer import parse_mlir, print_mlir
@@ -262,11 +262,9 @@ class PartitionedModel:
         return slots
 
     def _region_failed(self, callee: str, backend: str, e: Exception) -> CollageError:
-        said = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        said = f"{type(e).__name__}: {said}" if said else repr(e)
         fn = region_functions(self.module)[callee]
         return CollageError(f"region @{callee} on {backend} failed: "
-                            f"{with_onnx_names_of(said, fn)}")
+                            f"{with_onnx_names_of(one_line(e), fn)}")
 
     def profile(self, inputs: Inputs, rounds: int = 10) -> dict[str, float]:
         """Median seconds of each region's call inside whole runs, by region function name:

@@ -73,7 +73,7 @@ def coalesce(pick: Partitioning, estimate: Estimate, transition: TransitionCost 
         pairs = pairs[: max(0, max_tries - len(tried))]
         if not pairs:
             break
-        unions = [_union(graph, choices, a, b) for a, b in pairs]
+        unions = [_union(graph, choices, pair) for pair in pairs]
         tried.update((u.backend, u.inside) for u in unions)
         costs = estimate(unions)
         ranked = sorted(zip(pairs, unions, costs, strict=True), key=lambda t: _total_with(
@@ -108,8 +108,7 @@ def _merge_groups(graph: DataflowGraph, choices: list[Choice | None], total: flo
     groups = _groups(graph, choices)[:max_tries]
     if not groups:
         return choices, total
-    unions = [CandidatePartition(SubGraph(graph, _bits(choices, g)),
-                                 choices[g[0]].candidate.backend, RULE) for g in groups]
+    unions = [_union(graph, choices, g) for g in groups]
     tried.update((u.backend, u.inside) for u in unions)
     costs = estimate(unions)
     ranked = sorted(zip(groups, unions, costs, strict=True), key=lambda t: _total_with(
@@ -163,10 +162,11 @@ def _adjacent_pairs(graph: DataflowGraph, choices: Sequence[Choice]) -> list[tup
             and SubGraph(graph, _bits(choices, (a, b))).is_convex]
 
 
-def _union(graph: DataflowGraph, choices: Sequence[Choice], a: int, b: int
+def _union(graph: DataflowGraph, choices: Sequence[Choice | None], parts: Sequence[int]
            ) -> CandidatePartition:
-    return CandidatePartition(SubGraph(graph, _bits(choices, (a, b))),
-                              choices[a].candidate.backend, RULE)
+    """The regions `parts` (on one backend) as one candidate."""
+    return CandidatePartition(SubGraph(graph, _bits(choices, parts)),
+                              choices[parts[0]].candidate.backend, RULE)
 
 
 def _total_with(graph: DataflowGraph, choices: Sequence[Choice | None], parts: Sequence[int],
