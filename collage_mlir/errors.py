@@ -9,8 +9,14 @@ class CollageError(Exception):
     """
 
 
+def first_line(e: BaseException) -> str:
+    """The first non-blank line of an exception's text, cut to 300 characters (a backend's
+    exception may carry pages); "" when it has none."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
 def one_line(e: BaseException) -> str:
-    """An exception as one line for a message: its type and the first line of its text,
-    cut to 300 characters (a backend's exception may carry pages)."""
-    first = (str(e).strip().splitlines() or [""])[0][:300]
+    """An exception as one line for a message: its type and `first_line`."""
+    first = first_line(e)
     return f"{type(e).__name__}: {first}" if first else type(e).__name__

@@ -19,7 +19,7 @@ from iree.compiler.extras import onnx_importer
 from collage_mlir.canonical import canonicalize, respell
 from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, first_line
 from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token, unquote_key
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, SampleShapes, make_static
@@ -40,17 +40,11 @@ def load_model(model: ModelLike) -> tuple[onnx.ModelProto, str]:
     try:
         proto = onnx.load(str(path))
     except Exception as e:  # protobuf gives a long message with no location; onnx's own
-        detail = _one_line(e) if not type(e).__module__.startswith("google") else ""
+        detail = first_line(e) if not type(e).__module__.startswith("google") else ""
         raise CollageError(f"{path}: not a readable ONNX model ({type(e).__name__}"
                            f"{': ' + detail if detail else ''})") from None
     _require_known_opset(proto, str(path))
     return proto, str(path)
-
-
-def _one_line(e: BaseException) -> str:
-    """The first line of an exception's message, cut to 300 characters."""
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else ""
 
 
 def _require_known_opset(proto: onnx.ModelProto, label: str) -> None:

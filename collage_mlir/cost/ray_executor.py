@@ -62,7 +62,7 @@ from collage_mlir.cost.remote import (
     machine_load,
     store_token,
 )
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, first_line, one_line
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class RayExecutor(RemoteExecutor):
                 ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise CollageError(f"cannot connect to the Ray cluster at {address}: "
-                               f"{_one_line(e)}") from None
+                               f"{first_line(e)}") from None
         return True
 
     def close(self) -> None:
@@ -174,7 +174,7 @@ class RayExecutor(RemoteExecutor):
             answers_in_order = ray.get(refs)
         except ray.exceptions.RayError as e:
             raise CollageError(f"cannot ask the Ray cluster's measuring nodes what they are: "
-                               f"{type(e).__name__}: {_one_line(e)}") from None
+                               f"{one_line(e)}") from None
         for node, answer in zip(nodes, answers_in_order, strict=True):
             kind = (answer["host"], repr(sorted(answer["backends"].items())))
             kinds.setdefault(kind, []).append(node)
@@ -311,7 +311,7 @@ class RayExecutor(RemoteExecutor):
               on_outcome: OutcomeCallback) -> None:
         """The task's Ray worker or node died: its unreported regions go again once."""
         left = flight.left()
-        reason = f"{type(error).__name__}: {_one_line(error)}"
+        reason = one_line(error)
         log.warning("a measuring task on Ray was lost (%s); %d regions %s", reason, len(left),
                     "sent again" if flight.attempt < self.requeue else "given up")
         if not left:
@@ -465,11 +465,6 @@ def _on_node(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id, soft=False)
 
 
-def _one_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(e).__name__)[:300]
-
-
 # -- on the node ----------------------------------------------------------------------------
 
 
@@ -487,7 +482,7 @@ def probe_node(specs: dict[str, dict[str, Any]], sys_path: list[str]) -> dict[st
             backends[name] = {"spec": explicit, "version": backend.version,
                               "options": backend.cache_options()}
         except Exception as e:  # the driver says which backend and where
-            backends[name] = {"error": f"{type(e).__name__}: {_one_line(e)}"}
+            backends[name] = {"error": one_line(e)}
     return {"host": host_fingerprint(), "backends": backends}
 
 

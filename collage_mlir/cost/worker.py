@@ -45,6 +45,7 @@ from collage_mlir.cost.references import Outputs, ReferenceOutputs, text_digest
 from collage_mlir.cost.timing import CUT_SHORT, stopped_at_bound, summarize, time_kernel
 from collage_mlir.cost.transition import Rings, measure_points
 from collage_mlir.dialects.func import find_function
+from collage_mlir.errors import one_line
 from collage_mlir.tensors import compare, make_inputs
 
 CHECKED_CALLS = 2
@@ -183,12 +184,12 @@ class Worker:
             if isinstance(kernel, Exception):
                 raise kernel
         except Exception as e:
-            return {"status": "invalid", "error": f"compile failed: {_one_line(e)}"}
+            return {"status": "invalid", "error": f"compile failed: {one_line(e)}"}
         try:
             fn = find_function(module)
             input_sets = [make_inputs(fn, variant=k) for k in range(CHECKED_CALLS)]
         except Exception as e:
-            return {"status": "error", "error": f"no inputs: {_one_line(e)}"}
+            return {"status": "error", "error": f"no inputs: {one_line(e)}"}
         wants = self._reference_outputs(module, input_sets, digest)
         outputs, failure = self._checked_calls(kernel, input_sets, wants)
         if failure:
@@ -199,7 +200,7 @@ class Worker:
         try:
             times = time_kernel(kernel, input_sets[0], self.settings, stop_above)
         except Exception as e:
-            return {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
+            return {"status": "invalid", "error": f"{RUN_FAILED}{one_line(e)}"}
         if stopped_at_bound(times, self.settings, stop_above):
             note = "; ".join(filter(None, [note, CUT_SHORT]))
         return {"status": "ok", "error": note, **summarize(times)}
@@ -215,7 +216,7 @@ class Worker:
             try:
                 outputs.append([np.array(o, copy=True) for o in kernel.run(inputs)])
             except Exception as e:
-                return outputs, {"status": "invalid", "error": f"{RUN_FAILED}{_one_line(e)}"}
+                return outputs, {"status": "invalid", "error": f"{RUN_FAILED}{one_line(e)}"}
             wrong = None if isinstance(wants, str) else compare(outputs[k], wants[k],
                                                                  self.settings)
             if wrong:
@@ -240,7 +241,7 @@ class Worker:
         try:
             wants = [[np.array(o) for o in reference.run(x)] for x in input_sets]
         except Exception as e:
-            return f"reference failed: {_one_line(e)}"
+            return f"reference failed: {one_line(e)}"
         self.references.put(digest, wants)
         return wants
 
@@ -249,7 +250,7 @@ class Worker:
         try:
             return self.reference.compile(module)
         except Exception as e:
-            return f"reference failed: {_one_line(e)}"
+            return f"reference failed: {one_line(e)}"
 
     def transition(self, msg: dict[str, Any]) -> None:
         """The hand-off experiment between `src` (default: this worker's backend) and `dst`.
@@ -283,12 +284,6 @@ def _parse(item: dict[str, Any]) -> Any:
         item["text"] = None
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(e).__name__}: {first}"[:500]
-
-
 def _private_stdout() -> IO[str]:
     """A private channel on the real stdout; fd 1 then goes to stderr (stray prints)."""
     fd = os.dup(1)
@@ -314,7 +309,7 @@ def main() -> int:
             handlers[msg["cmd"]](msg)
         except Exception as e:  # a whole command failed: tell the parent, keep serving
             traceback.print_exc()
-            worker.send(event="fatal", error=_one_line(e))
+            worker.send(event="fatal", error=one_line(e))
         if worker.retiring:
             break
     return 0
