@@ -346,8 +346,9 @@ def _kept_name(path: Path) -> Path:
     """A second name (a hard link in this process's held temporary folder) for the blob at
     `path`, so that a kernel imported from it can still be saved once `path` is gone: a
     probe's scratch folder goes once its kernels are loaded, and OpenVINO cannot export an
-    imported model in a form it reads back. `path` itself where no link can be made
-    (another file system). The caller removes the name with the kernel
+    imported model in a form it reads back. Where no link can be made (another file
+    system) the name is a copy: `path` itself could be replaced by another model's blob
+    before the kernel is saved. The caller removes the name with the kernel
     (`weakref.finalize`, which also runs at exit); the folder goes at exit, or is swept
     (`scratch.sweep`) after a kill."""
     pid = os.getpid()  # a forked child makes its own
@@ -357,7 +358,7 @@ def _kept_name(path: Path) -> Path:
     try:
         os.link(path, kept)
     except OSError:
-        return path
+        shutil.copyfile(path, kept)
     return kept
 
 

@@ -606,6 +606,27 @@ def test_an_imported_openvino_kernel_saves_after_its_blob_is_gone(tmp_path):
     assert not kept.exists()
 
 
+def test_an_imported_openvino_kernel_keeps_its_blob_across_file_systems(tmp_path):
+    """Where the blob cannot be linked (a saved model on another file system than
+    $TMPDIR), the kernel keeps a copy: the saved folder may be partitioned again, another
+    model's blob put in its place, before the loaded kernel is saved (it saved the new
+    blob beside the old model's text, which then computed the other model)."""
+    backend = _backend("openvino")
+    graph = _graph(FUSIBLE)
+    module = SubGraph(graph, graph.op_bits).extract("f")
+    backend.save_kernel(backend.compile(module), module, str(tmp_path / "f"))
+    blob = (tmp_path / "f.ovblob").read_bytes()
+    with patch("os.link", side_effect=OSError(18, "Invalid cross-device link")):
+        loaded = backend.load_kernel(module, str(tmp_path / "f"))
+    (tmp_path / "f.ovblob").write_bytes(b"another model's blob")
+    backend.save_kernel(loaded, module, str(tmp_path / "saved"))
+    assert (tmp_path / "saved.ovblob").read_bytes() == blob
+    kept = loaded.source
+    del loaded
+    gc.collect()
+    assert not kept.exists()
+
+
 INT64_DOUBLE = '''g (int64[2,3] x) => (int64[2,3] y) {
   y = Add(x, x)
 }'''
