@@ -99,6 +99,10 @@ class Backend(abc.ABC):
     def available(cls) -> bool:
         return cls.unavailable_reason() is None
 
+    capability_revision: int = 0
+    """Raised when `capability` changes its answer for the same backend version, so that
+    answers the cache remembers are asked again."""
+
     @abc.abstractmethod
     def capability(self, graph: DataflowGraph) -> int:
         """Bitset (over `graph`'s post-dfs indices) of the op nodes this backend can run."""

@@ -26,6 +26,7 @@ from iree.compiler import ir
 
 from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
 from collage_mlir.dialects.func import find_function, io_names
+from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
 from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.bits import iter_bits
@@ -128,6 +129,31 @@ def _arguments_read(compiled: Any, arg_names: Sequence[str] | None
     return len(arg_names), [argument(i) for i in compiled.inputs]
 
 
+INT32 = np.iinfo(np.int32)
+
+
+def _require_int32_range(x: np.ndarray, k: int) -> None:
+    """OpenVINO's CPU plugin computes 64-bit integers in int32: a value past int32 would
+    wrap without a word, so it is refused (checked on every call: a hand-off buffer keeps
+    its identity while its values change)."""
+    low, high = int(x.min()), int(x.max())
+    if low < INT32.min or high > INT32.max:
+        bad = low if low < INT32.min else high
+        raise ValueError(f"input {k} holds {bad}, past int32: OpenVINO computes "
+                         f"{x.dtype} values in int32")
+
+
+def _f64_nodes(graph: DataflowGraph) -> int:
+    """Op nodes that read or make float64 values: OpenVINO's CPU plugin computes them in
+    float32, so it does not take them."""
+    def f64(value: ir.Value) -> bool:
+        parsed = tensor_type(value.type)
+        return parsed is not None and parsed[1] == "f64"
+
+    return sum(1 << n.index for n in graph.op_nodes()
+               if any(f64(v) for v in (*n.op.operands, *n.op.results)))
+
+
 class OpenVinoKernel(Kernel):
     """One compiled model and a reused InferRequest.
 
@@ -166,6 +192,8 @@ class OpenVinoKernel(Kernel):
         request = self.request
         for k, a in enumerate(self._reads):
             x = inputs[a]
+            if x.dtype.itemsize == 8 and x.dtype.kind in "iu" and x.size:
+                _require_int32_range(x, k)
             if x is not self._refs[k]:
                 shared = _shareable(x)
                 request.set_input_tensor(k, self._tensor(shared, shared_memory=True))
@@ -213,6 +241,7 @@ class OpenVinoBackend(Backend):
 
     name = "openvino"
     kind = BackendKind.GRAPH
+    capability_revision = 1  # float64 ops are left out (`_f64_nodes`)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -258,7 +287,7 @@ class OpenVinoBackend(Backend):
             "ENABLE_CPU_PINNING": "NO",
         }
 
-    def capability(self, graph: DataflowGraph) -> int:
+    def _capability(self, graph: DataflowGraph) -> int:
         proto = export_graph(graph, external=True)
         with model_source(proto, store_of(graph.func_op.parent)) as source:
             try:
@@ -270,6 +299,9 @@ class OpenVinoBackend(Backend):
                 # product, '...nd,...ne->...nde'): it fails the whole model, so ask op by op
                 return self._capability_by_probe(graph)
         return supported_nodes(model, supported, graph, tensor_owners(proto)) & graph.op_bits
+
+    def capability(self, graph: DataflowGraph) -> int:
+        return self._capability(graph) & ~_f64_nodes(graph)
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:
         """Ask query_model about each op alone (cached per op signature)."""

@@ -106,6 +106,7 @@ class BackendInfo:
     options: str
     batch: bool
     sys_path: tuple[str, ...] = ()
+    capability_revision: int = 0
 
 
 @dataclass
@@ -158,7 +159,7 @@ def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> Ba
         root = _module_root(spec["target"].partition(":")[0])
         roots = (root,) if root else ()
     return BackendInfo(spec, backend.name, backend.version, backend.cache_options(),
-                       shares_compiles(backend), roots)
+                       shares_compiles(backend), roots, backend.capability_revision)
 
 
 def _worker_target(target: str, cls: type) -> str:
@@ -337,7 +338,8 @@ class MeasuringEstimator(CostEstimator):
         """`backend.capability(graph)`, remembered in the cache per function structure."""
         info = self.backends[backend]
         fk = function_key(graph.func_op)
-        key = measurement_key(fk, info.name, info.version, info.options) + ":capability"
+        revision = info.capability_revision or ""
+        key = f"{measurement_key(fk, info.name, info.version, info.options)}:capability{revision}"
         bits = self.cache.get_capability(key)
         if bits is None:
             bits = load_backend(info.spec).capability(graph)

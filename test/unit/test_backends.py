@@ -649,6 +649,38 @@ def test_openvino_takes_read_only_and_longlong_arrays():
     np.testing.assert_array_equal(kernel.run([frozen])[0], 2 * frozen)  # still bound
 
 
+def test_openvino_refuses_int64_values_past_int32():
+    """OpenVINO's CPU plugin computes int64 in int32: -2**40 + -2**40 came back as 0, rc 0.
+    Such a value is refused on every call (a hand-off buffer keeps its identity while its
+    values change); values within int32 still run."""
+    backend = _backend("openvino")
+    graph = _graph(INT64_DOUBLE)
+    kernel = backend.compile(SubGraph(graph, graph.op_bits).extract("f"))
+    x = np.arange(6, dtype=np.int64).reshape(2, 3)
+    np.testing.assert_array_equal(kernel.run_borrowed([x])[0], 2 * x)
+    x[0, 1] = -2**40
+    with pytest.raises(ValueError, match=r"input 0 holds -1099511627776, past int32"):
+        kernel.run_borrowed([x])
+    x[0, 1] = 2**31 - 1
+    kernel.run([x])
+
+
+FLOAT64 = '''g (double[3] x, float[3] z) => (double[3] y, float[3] w) {
+  n = Neg(x)
+  y = Add(n, x)
+  w = Relu(z)
+}'''
+
+
+def test_openvino_takes_no_float64_op():
+    """OpenVINO computes float64 in float32 ((-x + 1) - (-x) at x = 1e10 gave 0): it takes
+    no op that reads or makes float64; onnxruntime takes them all."""
+    graph = _graph(FLOAT64)
+    kinds = {n.op_type: n.index for n in graph.op_nodes()}
+    assert _backend("openvino").capability(graph) == 1 << kinds["Relu"]
+    assert _backend("onnxruntime").capability(graph) == graph.op_bits
+
+
 def test_exported_names_map_back_to_the_nodes_they_export():
     """Every node `export_function` writes for an extracted region is the op of the graph
     node `exported_owners` names for it, and every result's default name its producer's."""

@@ -1195,3 +1195,19 @@ def test_integer_inputs_stay_inside_the_tables_they_index():
     with_bounds = function_key(fn).digest
     with patch("collage_mlir.cost.key.index_bounds", lambda fn: {}):
         assert function_key(fn).digest != with_bounds
+
+
+def test_a_capability_is_asked_again_when_its_backend_revises_it(tmp_path, graph):
+    """A backend whose `capability` changes its answer for the same runtime version raises
+    `capability_revision`; an answer remembered under the old revision is not reused (an
+    old cache kept float64 ops on OpenVINO)."""
+    from fault_backend import NumpyTestBackend
+
+    with MeasuringEstimator([NUMPY], cache_path=tmp_path / "c.sqlite", settings=FAST) as est:
+        fresh = est.capability(graph, "numpy_test")
+        [(key, *_)] = est.cache.capabilities()
+        est.cache.put_capability(key, "numpy_test", 0)  # as if an old answer took none
+        assert est.capability(graph, "numpy_test") == 0
+    with patch.object(NumpyTestBackend, "capability_revision", 1), \
+            MeasuringEstimator([NUMPY], cache_path=tmp_path / "c.sqlite", settings=FAST) as est:
+        assert est.capability(graph, "numpy_test") == fresh != 0
