@@ -351,8 +351,9 @@ def arrange_inputs(names: Sequence[str], specs: Sequence[TensorSpec], inputs: In
     for name, spec, a in zip(names, specs, arrays, strict=True):
         a = np.asarray(a)
         if a.shape != spec.shape:
-            hint = (f" (partition with --input-shape {name}={'x'.join(map(str, a.shape))} "
-                    "for that shape)" if a.ndim else "")
+            hint = (" (where the original model's input takes other shapes, partition it "
+                    f"with --input-shape {name}={'x'.join(map(str, a.shape))})"
+                    if a.ndim else "")
             raise CollageError(
                 f"input '{name}' has shape {_dims(a.shape)}; {built} {_dims(spec.shape)}{hint}")
         out.append(np.asarray(_exact_cast(a, spec.dtype, name), order="C"))

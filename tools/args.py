@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, one_line
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import parse_input_shape
 
@@ -117,16 +118,28 @@ def add_inputs_argument(p: argparse.ArgumentParser, default: str) -> None:
 def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
     """`--inputs` as arrays: by name from one .npz or from name=file.npy, else in order."""
     if len(specs) == 1 and "=" not in specs[0] and specs[0].lower().endswith(".npz"):
-        try:
-            with np.load(user_path(specs[0])) as arrays:
-                return {name: arrays[name] for name in arrays.files}
-        except (OSError, ValueError) as e:
-            raise CollageError(f"{specs[0]}: cannot read .npz inputs: {e}") from None
+        return _load_npz(specs[0])
     if all("=" in s for s in specs):
-        return {k: _load_npy(v) for k, v in (s.split("=", 1) for s in specs)}
+        pairs = [s.split("=", 1) for s in specs]
+        twice = sorted({k for k, _ in pairs if [n for n, _ in pairs].count(k) > 1})
+        if twice:
+            raise CollageError(f"--inputs: {', '.join(map(repr, twice))} given more than once")
+        return {k: _load_npy(v) for k, v in pairs}
     if any("=" in s for s in specs):
         raise CollageError("--inputs: use either all name=file.npy or all file.npy")
     return [_load_npy(s) for s in specs]
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        loaded = np.load(user_path(path))
+        if isinstance(loaded, np.ndarray):
+            raise CollageError(f"{path}: holds one array (.npy), not an .npz archive of "
+                               "named inputs: give it as FILE.npy or name=FILE")
+        with loaded as arrays:
+            return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise CollageError(f"{path}: cannot read .npz inputs: {one_line(e)}") from None
 
 
 def _load_npy(path: str) -> np.ndarray:
@@ -174,8 +187,16 @@ def check_output_file(path: str, replaced: Path | None = None) -> Path:
 
 def check_output_dir(path: str) -> Path:
     """Refuse, before any work, an output directory that cannot be made: an existing file
-    is in the way, or its parent is missing or read-only."""
+    is in the way, its parent is missing or read-only, or it lies inside a saved model."""
     p = user_path(path)
+    from collage_mlir.runtime.model import is_saved_model, saved_model_holding
+
+    where = p.resolve()
+    held = where if is_saved_model(where) else saved_model_holding(where)
+    if held is not None:
+        what = "a saved model" if held == where else f"inside the saved model {str(held)!r}"
+        raise CollageError(f"{path}: {what} (writing there breaks its checksums): write the "
+                           "files elsewhere")
     if p.exists() and not p.is_dir():
         raise CollageError(f"{path}: exists and is not a directory (give a new or existing "
                            "directory)")

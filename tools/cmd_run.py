@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from collage_mlir.errors import CollageError, one_line
 from collage_mlir.tools.args import (
     add_inputs_argument,
     check_output_dir,
@@ -36,6 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "given (default: not written)")
 
 
+def _save_output(folder: Path, file: str, value: np.ndarray) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(folder / file, value)
+    except OSError as e:
+        raise CollageError(f"{folder / file}: cannot save the output: "
+                           f"{e.strerror or one_line(e)}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from collage_mlir.check.compare import time_side_by_side
     from collage_mlir.runtime import load
@@ -55,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
                    else "empty")
         print(f"{name}: shape={list(out.shape)} dtype={out.dtype} {summary}")
         if args.save_outputs:
-            Path(args.save_outputs).mkdir(parents=True, exist_ok=True)
-            np.save(Path(args.save_outputs) / file, out)
+            _save_output(Path(args.save_outputs), file, out)
     if args.repeat:
         arranged = model.arrange(inputs)
         (t,) = time_side_by_side({"model": lambda a: model.run(a)}, arranged,

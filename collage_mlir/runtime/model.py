@@ -270,6 +270,8 @@ class PartitionedModel:
         """Median seconds of each region's call inside whole runs, by region function name:
         the measured counterpart of each region's estimated cost (each call includes taking
         its inputs from the previous regions, which the estimate prices as transitions)."""
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise CollageError(f"profile: rounds must be a positive int, got {rounds!r}")
         arrays = self.arrange(inputs)
         samples: dict[str, list[float]] = {s.callee: [] for s in self.plan.steps}
         with self._turn:
@@ -553,23 +555,31 @@ def _read(d: Path, assemble: Callable[[Path, dict, ir.Module], _T], weights: boo
     """`assemble(d, manifest, module)` over the checked contents of saved model `d`; without
     `weights` the module is parsed without its resource blobs (a report needs no weights,
     and parsing bert_base's took 20 s)."""
-    try:
-        manifest = json.loads((d / "manifest.json").read_text())
-        text = (d / "model.mlir").read_text() if weights else _without_resources(d / "model.mlir")
-    except OSError as e:
-        raise CollageError(f"{d}: not a saved partitioned model ({e.strerror}: "
-                           f"{Path(e.filename or d).name})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CollageError(f"{d / 'manifest.json'}: not valid JSON ({e})") from None
+    manifest = _read_file(d, "manifest.json", lambda p: json.loads(p.read_text()))
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CollageError(f"{d}: unknown format "
                            f"{manifest.get('format') if isinstance(manifest, dict) else None!r}")
     try:
         _verify_checksums(d, manifest)
+        text = _read_file(d, "model.mlir",
+                          Path.read_text if weights else _without_resources)
         module = parse_mlir(text, str(d / "model.mlir"))
         return assemble(d, manifest, module)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CollageError(f"{d / 'manifest.json'}: malformed ({type(e).__name__}: {e})") from None
+
+
+def _read_file(d: Path, name: str, read: Callable[[Path], _T]) -> _T:
+    """`read(d / name)`, its failures as errors naming the file."""
+    try:
+        return read(d / name)
+    except OSError as e:
+        raise CollageError(f"{d}: not a saved partitioned model ({e.strerror}: "
+                           f"{Path(e.filename or d / name).name})") from None
+    except UnicodeDecodeError as e:
+        raise CollageError(f"{d / name}: not UTF-8 text ({e})") from None
+    except json.JSONDecodeError as e:
+        raise CollageError(f"{d / name}: not valid JSON ({e})") from None
 
 
 def _without_resources(path: Path) -> str:

@@ -358,6 +358,51 @@ def test_reports_are_not_written_into_a_saved_model_and_dash_is_stdout(work) -> 
     assert not (work / "-").exists()
 
 
+def test_outputs_are_not_saved_into_a_saved_model_and_a_failed_save_is_one_line(work) -> None:
+    """`run --save-outputs` into the saved model itself was accepted (the next `-o` there
+    refused the folder); a folder standing where an output file goes ended in "internal
+    error: IsADirectoryError"."""
+    saved = work / "out"
+    before = {p.name: p.read_bytes() for p in saved.iterdir()}
+    one_line_error(cli("run", str(saved), "--save-outputs", str(saved)), "a saved model")
+    one_line_error(cli("run", str(saved), "--save-outputs", str(saved / "o")),
+                   "inside the saved model")
+    assert {p.name: p.read_bytes() for p in saved.iterdir()} == before
+    (work / "blocked" / "y.npy").mkdir(parents=True)
+    one_line_error(cli("run", str(saved), "--save-outputs", str(work / "blocked")),
+                   "y.npy: cannot save the output")
+
+
+@pytest.mark.parametrize(("files", "args", "says"), [
+    ({"x.npz": "npy"}, ["x.npz"], "holds one array (.npy), not an .npz archive"),
+    ({"x.npz": b"PK\x03\x04garbage"}, ["x.npz"], "cannot read .npz inputs: BadZipFile"),
+    ({"a.npy": "npy", "b.npy": "npy"}, ["x=a.npy", "x=b.npy"], "'x' given more than once"),
+])
+def test_inputs_a_run_cannot_read_are_named(work, tmp_path, files, args, says) -> None:
+    """A .npy named .npz and a damaged .npz ended in internal errors; an input named
+    twice silently took the last file."""
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    for name, content in files.items():
+        if content == "npy":
+            with open(tmp_path / name, "wb") as f:
+                np.save(f, x)
+        else:
+            (tmp_path / name).write_bytes(content)
+    one_line_error(cli("run", str(work / "out"), "--inputs", *args, cwd=tmp_path), says)
+
+
+def test_a_damaged_model_text_is_named_as_such(work) -> None:
+    """One byte of model.mlir that is not UTF-8 was reported as "manifest.json: not valid
+    JSON"."""
+    saved = work / "bad_utf8"
+    shutil.copytree(work / "out", saved)
+    text = bytearray((saved / "model.mlir").read_bytes())
+    text[text.index(b"func.func") + 3] = 0xCC
+    (saved / "model.mlir").write_bytes(bytes(text))
+    line = one_line_error(cli("run", str(saved)), "model.mlir: changed since it was saved")
+    assert "manifest" not in line
+
+
 def test_import_of_a_directory(work) -> None:  # item 13
     one_line_error(cli("import", str(work)), "is a directory")
 

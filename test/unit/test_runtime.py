@@ -7,6 +7,7 @@ import pytest
 
 import collage_mlir
 from collage_mlir.backends.registry import available_backends
+from collage_mlir.errors import CollageError
 from collage_mlir.passes.pipeline import run_pipeline
 from collage_mlir.runtime import PartitionedModel, load
 
@@ -108,6 +109,9 @@ def test_profile_times_every_region_and_the_report_shows_it(model):
     assert f"{measured['f_onnxruntime_2'] * 1e3:.3f}" in report
     assert "measured sum of region calls" in report
     assert "measured ms" not in model.report()
+    for rounds in (0, -1, 2.5, True):  # 0 gave NaN for every region, with numpy's warnings
+        with pytest.raises(CollageError, match="rounds must be a positive int"):
+            model.profile([x, x], rounds=rounds)
 
 
 def test_cli_run_profile(model, tmp_path):
