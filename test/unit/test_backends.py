@@ -4,15 +4,18 @@ CUDA variant as far as a machine without a GPU can check it."""
 from __future__ import annotations
 
 import gc
+import json
 import shutil
 import sys
 from unittest.mock import patch
 
 import numpy as np
 import onnx.parser
+import onnxruntime as ort
 import pytest
 from conftest import light_model_path
 
+import collage_mlir
 from collage_mlir.backends import iree as iree_backend
 from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, aligned_empty
 from collage_mlir.backends.iree import IreeBackend, IreeCudaBackend, op_signature
@@ -625,6 +628,62 @@ def test_an_imported_openvino_kernel_keeps_its_blob_across_file_systems(tmp_path
     del loaded
     gc.collect()
     assert not kept.exists()
+
+
+class _ImportsAnother:
+    """An OpenVINO core whose `import_model` gives back another model's kernel, as its
+    export did for RotaryEmbedding (half the outputs wrong by up to 1.1)."""
+
+    def __init__(self, core, other) -> None:
+        self._core, self._other = core, other
+
+    def import_model(self, *args, **kwargs):
+        return self._other
+
+    def __getattr__(self, name):
+        return getattr(self._core, name)
+
+
+def test_an_openvino_blob_that_computes_otherwise_is_not_saved(tmp_path):
+    """A blob is saved only when the model imported from it computes what the kernel
+    does; otherwise nothing is written and the region is compiled again when loaded."""
+    backend = _backend("openvino")
+    graph = _graph(FUSIBLE)
+    module = SubGraph(graph, graph.op_bits).extract("f")
+    kernel = backend.compile(module)
+    assert backend.save_kernel(kernel, module, str(tmp_path / "kept"))  # the real export
+    other = _graph(FUSIBLE.replace("Relu", "Sigmoid"))
+    wrong = backend.compile(SubGraph(other, other.op_bits).extract("f")).compiled
+    backend._core = _ImportsAnother(backend.core, wrong)
+    assert backend.save_kernel(kernel, module, str(tmp_path / "f")) == []
+    assert not list(tmp_path.glob("f.*"))
+
+
+ROPE = '''g (float[2,4,3,8] x, float[2,3,4] c, float[2,3,4] s) => (float[2,4,3,8] y) {
+  y = RotaryEmbedding(x, c, s)
+}'''
+
+
+def test_rotary_embedding_on_openvino_saved_and_loaded_computes_what_onnxruntime_does(
+        tmp_path):
+    """OpenVINO 2026.4 computes RotaryEmbedding right but exports it so that it does not:
+    a saved model ran it wrong, rc 0."""
+    _backend("openvino")
+    model = onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 23]>\n' + ROPE)
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.random((2, 4, 3, 8), np.float32), "c": rng.random((2, 3, 4), np.float32),
+              "s": rng.random((2, 3, 4), np.float32)}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"per_op": {"openvino": {"*": 1.0}}}))
+    compiled = collage_mlir.compile(model, backends=["openvino"], cost=f"table:{costs}",
+                                    verify=False, inputs=inputs)
+    assert {s.backend for s in compiled.plan.steps} == {"openvino"}
+    compiled.save(tmp_path / "saved")
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    got = collage_mlir.load(tmp_path / "saved").run(inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 INT64_DOUBLE = '''g (int64[2,3] x) => (int64[2,3] y) {
