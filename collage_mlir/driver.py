@@ -75,6 +75,7 @@ from collage_mlir.tensors import (
     compare,
     index_limits,
     model_inputs,
+    quantized_results,
 )
 
 DEFAULT_MAX_DEPTH = 3
@@ -840,7 +841,8 @@ def carved_contenders(pick: PartitionedModel, pristine: ir.Module,
         else:
             try:
                 model = build_neighbour(pristine, carved.cover, pick, report_rows)
-                why = compare(model.run(inputs), pick.run(inputs), tolerance) or ""
+                why = compare(model.run(inputs), pick.run(inputs), tolerance,
+                              quantized_results(public_functions(pristine)[0])) or ""
             except Exception as e:  # a cover that fails here is not a contender
                 why = f"failed: {str(e).strip().splitlines()[0] if str(e) else repr(e)}"
         if why:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -311,6 +311,37 @@ def _axis(op: ir.Operation) -> int:
     return int(onnx_view.attribute_value(attr)) if attr is not None else 0
 
 
+QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                        "QLinearMatMul"})
+"""Ops whose 8-bit outputs are quantized values (`compare` lets them round a step apart)."""
+
+
+def quantized_results(fn: ir.Operation) -> frozenset[int]:
+    """Positions of `fn`'s results that a quantizing op makes, directly or through ops that
+    keep its values (reshapes, slices, max pooling) and calls into the module's other
+    functions: the outputs `compare` takes as quantized values."""
+    returned = fn.regions[0].blocks[0].operations[-1]  # func.return
+    return frozenset(k for k, v in enumerate(returned.operands) if _quantized(v))
+
+
+def _quantized(value: ir.Value) -> bool:
+    while not isinstance(value.owner, ir.Block):  # an argument's values are given
+        op = value.owner.operation
+        if op.name == "func.call":
+            callee = find_function(op.parent.parent,
+                                   ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+            returned = callee.regions[0].blocks[0].operations[-1]
+            value = returned.operands[ir.OpResult(value).result_number]
+            continue
+        kind = onnx_view.op_type(op)
+        if kind in QUANTIZING:
+            return True
+        if kind not in VALUE_KEEPING | {"MaxPool"} or not op.operands:
+            return False
+        value = op.operands[0]
+    return False
+
+
 def model_inputs(module: ir.Module, seed: int | None = None) -> list[np.ndarray]:
     """Inputs for the model entry point (the module's public function)."""
     return make_inputs(public_functions(module)[0], seed)
@@ -410,7 +441,7 @@ def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
 
 
 QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
-"""Integer types compared as quantized values (`compare`)."""
+"""Integer types a quantizing op makes (`quantized_results`)."""
 
 
 class Tolerance(Protocol):
@@ -419,37 +450,40 @@ class Tolerance(Protocol):
 
 
 def compare(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray],
-            tol: Tolerance) -> str | None:
+            tol: Tolerance, quantized: Collection[int] = ()) -> str | None:
     """None when `outputs` match `reference`, else the reason ("wrong numbers: …").
 
     Exact on count, shape and dtype; NaN exactly where the reference has NaN; ±Inf equal;
     every other element within `tol.atol_scale * max|ref| + tol.rtol * |ref|` — relative
     to the output's own magnitude, so an all-zero or doubled output of a small-valued
-    reference fails. 8-bit integers are quantized values (QuantizeLinear's outputs): the
-    same bound, but never under one step — two correct integer kernels round differently
-    where a value sits between two steps. Other integers (indices, shapes) must be equal."""
+    reference fails. The 8-bit outputs at the positions `quantized` names
+    (`quantized_results`) are quantized values: the same bound, but never under one step —
+    two correct integer kernels round differently where a value sits between two steps.
+    Other integers (indices, shapes, integer arithmetic) must be equal."""
     if len(outputs) != len(reference):
         return f"wrong numbers: {len(outputs)} outputs, reference has {len(reference)}"
     for k, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
-        reason = _compare_one(k, np.asarray(out), np.asarray(ref), tol)
+        reason = _compare_one(k, np.asarray(out), np.asarray(ref), tol, k in quantized)
         if reason:
             return f"wrong numbers: {reason}"
     return None
 
 
-def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> str | None:
+def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance,
+                 quantized: bool) -> str | None:
     if out.shape != ref.shape:
         return f"output {k} has shape {out.shape}, reference {ref.shape}"
     if out.dtype != ref.dtype:
         return f"output {k} is {out.dtype}, reference {ref.dtype}"
-    if ref.dtype.kind not in "fc" and ref.dtype not in QUANTIZED:
+    quantized = quantized and ref.dtype in QUANTIZED
+    if ref.dtype.kind not in "fc" and not quantized:
         if not np.array_equal(out, ref):
             return f"output {k} differs in {int((out != ref).sum())} elements"
         return None
     out64, ref64 = out.astype(np.float64).ravel(), ref.astype(np.float64).ravel()  # 0-d too
     if np.isfinite(ref64).all() and np.isfinite(out64).all():  # the usual case, in one pass
         scale = max(SCALE_FLOOR, float(np.abs(ref64).max(initial=0.0)))
-        return _over_bound(k, np.abs(out64 - ref64), _bound(ref64, scale, ref.dtype, tol),
+        return _over_bound(k, np.abs(out64 - ref64), _bound(ref64, scale, quantized, tol),
                            scale, tol)
     finite = np.isfinite(ref64)
     if not np.array_equal(np.isnan(out64), np.isnan(ref64)):
@@ -461,14 +495,14 @@ def _compare_one(k: int, out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> st
                 f"{off} elements")
     scale = max(SCALE_FLOOR, float(np.abs(ref64[finite]).max(initial=0.0)))
     err = np.where(finite, np.abs(out64 - np.where(finite, ref64, 0.0)), 0.0)
-    return _over_bound(k, err, _bound(np.where(finite, ref64, 0.0), scale, ref.dtype, tol),
+    return _over_bound(k, err, _bound(np.where(finite, ref64, 0.0), scale, quantized, tol),
                        scale, tol)
 
 
-def _bound(ref64: np.ndarray, scale: float, dtype: np.dtype, tol: Tolerance) -> np.ndarray:
+def _bound(ref64: np.ndarray, scale: float, quantized: bool, tol: Tolerance) -> np.ndarray:
     """Each element's allowed error (`compare`)."""
     bound = tol.atol_scale * scale + tol.rtol * np.abs(ref64)
-    return np.maximum(bound, 1.0) if dtype in QUANTIZED else bound
+    return np.maximum(bound, 1.0) if quantized else bound
 
 
 def _over_bound(k: int, err: np.ndarray, bound: np.ndarray, scale: float,

@@ -25,7 +25,7 @@ from collage_mlir.backends.base import Backend, Kernel
 from collage_mlir.backends.registry import get_backend, register_backend
 from collage_mlir.check.compare import whole_model_kernel
 from collage_mlir.cost.protocol import MeasureSettings, load_backend, shares_compiles
-from collage_mlir.dialects.func import function_name, public_functions
+from collage_mlir.dialects.func import find_function, function_name, public_functions
 from collage_mlir.errors import CollageError, one_line
 from collage_mlir.export import with_onnx_names_of
 from collage_mlir.graph import DataflowGraph
@@ -34,7 +34,14 @@ from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.importer import parse_mlir
 from collage_mlir.runtime.model import PartitionedModel, clone_module, region_module
 from collage_mlir.runtime.plan import region_functions
-from collage_mlir.tensors import TensorSpec, Tolerance, compare, make_inputs, result_specs
+from collage_mlir.tensors import (
+    TensorSpec,
+    Tolerance,
+    compare,
+    make_inputs,
+    quantized_results,
+    result_specs,
+)
 
 DEFAULT_TOLERANCE = MeasureSettings()
 RUNS = 2
@@ -272,11 +279,13 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
     announced = PartitionedModel(model.module, {
         s.callee: _Announced(inner[s.callee], ch, s.backend, regions[s.callee], allow, call)
         for s in model.plan.steps}, model.backends)
+    quantized = quantized_results(find_function(model.module, model.plan.entry))
     for v, x in enumerate(inputs):
         call[0] = v + 1
         outputs = announced.run(x)
         ch.stage(allow, model="pick", backend="", regions=[], doing=f"checking call {v + 1}")
-        why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
+        why = _mismatch(outputs, declared, reference[v] if reference else None, tol,
+                        quantized)
         if why:
             _blame_region(ch, announced, x, spec, why, calls[v], allow, tol)
     if nan is not None:
@@ -292,8 +301,10 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
 
 
 def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
-              reference: Outputs | None, tol: Tolerance = DEFAULT_TOLERANCE) -> str | None:
-    """Why `outputs` are wrong (declared shape or dtype, then the reference), or None."""
+              reference: Outputs | None, tol: Tolerance = DEFAULT_TOLERANCE,
+              quantized: frozenset[int] = frozenset()) -> str | None:
+    """Why `outputs` are wrong (declared shape or dtype, then the reference, `quantized`
+    as `compare` takes it), or None."""
     for k, (o, spec) in enumerate(zip(outputs, declared, strict=False)):
         if spec is not None and (o.shape != spec.shape or o.dtype != spec.dtype):
             return (f"output {k} is {o.dtype}{list(o.shape)}, declared "
@@ -303,7 +314,8 @@ def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],
     if reference is None:
         return None
     return compare(outputs, [o if r is None else r for o, r in zip(outputs, reference,
-                                                                   strict=True)], tol)
+                                                                   strict=True)], tol,
+                   quantized)
 
 
 def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
@@ -323,7 +335,7 @@ def _blame_region(ch: Channel, model: PartitionedModel, x: list[np.ndarray],
                      doing=f"checking region {step.callee}")
             want = ref.compile(region_module(regions[step.callee])).run(
                 [slots[i] for i in step.args])
-        bad = _mismatch(got, want_types, want, tol)
+        bad = _mismatch(got, want_types, want, tol, quantized_results(regions[step.callee]))
         if bad:
             ch.current = {"model": "pick", "backend": step.backend, "regions": [step.callee]}
             raise ch.fail(f"{bad} on {call}")
@@ -349,10 +361,12 @@ def _check_alternative(ch: Channel, pristine: ir.Module, backend: str,
         t0 = time.perf_counter()
         kernel = whole_model_kernel(pristine, backend)
         compile_s = time.perf_counter() - t0
+        quantized = quantized_results(public_functions(pristine)[0])
         for v, x in enumerate(inputs):
             ch.stage(allow * 2, model=model, backend=backend, doing=f"running call {v + 1}")
             outputs = [np.asarray(o) for o in kernel.run(x)]
-            why = _mismatch(outputs, declared, reference[v] if reference else None, tol)
+            why = _mismatch(outputs, declared, reference[v] if reference else None, tol,
+                            quantized)
             if why:
                 raise ch.fail(f"{why} on {calls[v]}")
     except Failed:

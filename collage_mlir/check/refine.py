@@ -109,7 +109,7 @@ from collage_mlir.search.partitioning import (
     replaced,
 )
 from collage_mlir.search.search import search
-from collage_mlir.tensors import Tolerance, compare, model_inputs
+from collage_mlir.tensors import Tolerance, compare, model_inputs, quantized_results
 
 DEFAULT_BUDGET_S = 5.0
 DEFAULT_BUDGET_RUNS = 250
@@ -536,7 +536,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
         limit_s = _limit_s(start, budget_s, len(built), record.run_s, with_control)
         try:
             model = build_neighbour(pristine, nb, incumbent, rows, limit_s)
-            wrong = compare(model.run(inputs), reference, tol)
+            wrong = compare(model.run(inputs), reference, tol,
+                            quantized_results(public_functions(pristine)[0]))
         except PastDeadline as e:  # the budget is spent: what is left goes to timing
             wrong = (f"not built: the budget ran out while compiling it ({e.compiled} of "
                      f"{e.regions} regions compiled)")
@@ -632,7 +633,8 @@ def _rebuilt(pristine: ir.Module, pick: Partitioning, rows: Rows, inputs: list,
     of the same cover is noise, not gain), or None when that build fails or differs."""
     try:
         model = build_neighbour(pristine, pick, None, rows)
-        return None if compare(model.run(inputs), reference, tol) else model
+        quantized = quantized_results(public_functions(pristine)[0])
+        return None if compare(model.run(inputs), reference, tol, quantized) else model
     except Exception:  # no control: the run's noise is the incumbent's own timing alone
         return None
 

@@ -46,7 +46,7 @@ from collage_mlir.cost.timing import CUT_SHORT, stopped_at_bound, summarize, tim
 from collage_mlir.cost.transition import Rings, measure_points
 from collage_mlir.dialects.func import find_function
 from collage_mlir.errors import one_line
-from collage_mlir.tensors import compare, make_inputs
+from collage_mlir.tensors import compare, make_inputs, quantized_results
 
 CHECKED_CALLS = 2
 """Calls checked against the reference, each on its own inputs, before timing."""
@@ -191,7 +191,8 @@ class Worker:
         except Exception as e:
             return {"status": "error", "error": f"no inputs: {one_line(e)}"}
         wants = self._reference_outputs(module, input_sets, digest)
-        outputs, failure = self._checked_calls(kernel, input_sets, wants)
+        outputs, failure = self._checked_calls(kernel, input_sets, wants,
+                                               quantized_results(fn))
         if failure:
             return failure
         if self.is_reference:
@@ -206,11 +207,12 @@ class Worker:
         return {"status": "ok", "error": note, **summarize(times)}
 
     def _checked_calls(self, kernel: Any, input_sets: list[list[np.ndarray]],
-                       wants: Outputs | str) -> tuple[Outputs, dict[str, Any] | None]:
+                       wants: Outputs | str, quantized: frozenset[int] = frozenset()
+                       ) -> tuple[Outputs, dict[str, Any] | None]:
         """The kernel's outputs on each input set, each call compared with the reference's
-        (`wants`; a string: unchecked) before the next, so a wrong kernel costs its calls up
-        to the first wrong one (a whole model on a slow backend: seconds each); with the
-        invalid result to answer, if any."""
+        (`wants`; a string: unchecked; `quantized`: as `compare` takes it) before the next,
+        so a wrong kernel costs its calls up to the first wrong one (a whole model on a
+        slow backend: seconds each); with the invalid result to answer, if any."""
         outputs: Outputs = []
         for k, inputs in enumerate(input_sets):
             try:
@@ -218,7 +220,7 @@ class Worker:
             except Exception as e:
                 return outputs, {"status": "invalid", "error": f"{RUN_FAILED}{one_line(e)}"}
             wrong = None if isinstance(wants, str) else compare(outputs[k], wants[k],
-                                                                 self.settings)
+                                                                 self.settings, quantized)
             if wrong:
                 why = wrong if k == 0 else f"{wrong} (call {k + 1}, on other inputs)"
                 return outputs, {"status": "invalid", "error": why}
