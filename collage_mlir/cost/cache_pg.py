@@ -48,6 +48,26 @@ def mask_url(url: str) -> str:
     return re.sub(r"([?&]password=)[^&]*", r"\1***", scheme + sep + rest)
 
 
+def secrets_of(url: str) -> list[str]:
+    """The strings of `url` a message must not show: the URL itself and its password, whole
+    and in pieces (an unencoded `@` in a password makes the driver quote part of it as a
+    host), longest first."""
+    scheme, sep, rest = url.partition("://")
+    query = rest.find("?")
+    user_part = rest[:rest.rfind("@", 0, query if query >= 0 else len(rest))] if sep else ""
+    passwords = [user_part.split(":", 1)[1]] if ":" in user_part else []
+    passwords += re.findall(r"[?&]password=([^&]*)", url)
+    found = {url} | {p for pw in passwords for p in (pw, *pw.split("@")) if len(p) >= 3}
+    return sorted(found, key=len, reverse=True)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text` with every secret of `url` replaced by `***` (the URL by its masked form)."""
+    for secret in secrets_of(url):
+        text = text.replace(secret, mask_url(url) if secret == url else "***")
+    return text
+
+
 def _first_line(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     text = lines[0] if lines else type(e).__name__
@@ -108,9 +128,14 @@ class PostgresCache(CacheStore):
         try:
             from psycopg.conninfo import conninfo_to_dict
 
-            params = conninfo_to_dict(self.url)
+            scheme, sep, rest = self.url.partition("://")
+            if sep and "@" in rest.split("/", 1)[0].rpartition("@")[0]:
+                raise CollageError(f"{self.location}: the user or password holds an '@': "
+                                   "write it as %40 (percent-encoded)")
+            params = conninfo_to_dict(scheme.lower() + sep + rest)  # libpq: lower case only
         except psycopg.Error as e:
-            raise CollageError(f"{self.location}: not a PostgreSQL URL ({_first_line(e)}); "
+            raise CollageError(f"{self.location}: not a PostgreSQL URL "
+                               f"({scrubbed(_first_line(e), self.url)}); "
                                "expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
                                ) from None
         params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
@@ -118,12 +143,12 @@ class PostgresCache(CacheStore):
         try:
             return psycopg.connect(autocommit=True, **params)
         except psycopg.Error as e:
-            line = _first_line(e)
+            line = scrubbed(_first_line(e), self.url)
             raise CollageError(f"{self.location}: cannot connect to PostgreSQL ({line}); "
                                f"{_connect_hint(line)}") from None
 
     def _failed(self, doing: str, e: BaseException) -> CollageError:
-        return CollageError(f"{self.location}: {doing} ({_first_line(e)})")
+        return CollageError(f"{self.location}: {doing} ({scrubbed(_first_line(e), self.url)})")
 
     def close(self) -> None:
         self._conn.close()
