@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,15 @@ class Kernel(abc.ABC):
         cut between them loses that fusion, which no cost of the parts alone shows. [] where
         the backend does not say (the default)."""
         return []
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: `taskset`, a container's CPU
+    set), the default thread count of every backend; all cores where affinity is unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 ALIGNMENT = 64

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.backends import iree_rewrites
-from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, Kernel
+from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, Kernel, usable_cores
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
@@ -357,7 +356,7 @@ class IreeBackend(Backend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.threads = int(options.get("threads", os.cpu_count() or 1))
+        self.threads = int(options.get("threads", usable_cores()))
         flags = options.get("flags", self.default_flags())
         self.flags = tuple(flags.split() if isinstance(flags, str) else flags)
         self._loaded: dict[Path, tuple[Any, bytes]] = {}

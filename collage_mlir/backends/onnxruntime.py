@@ -11,7 +11,6 @@ the cheapest call path measured here (see design.md and bench/handoff.py).
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import onnx
 from iree.compiler import ir
 
-from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
+from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty, usable_cores
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
 from collage_mlir.export import export_function
@@ -195,7 +194,7 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.threads = int(options.get("threads", os.cpu_count() or 1))
+        self.threads = int(options.get("threads", usable_cores()))
         self.optimize = bool(options.get("optimize", True))
 
     @property

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty
+from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty, usable_cores
 from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
@@ -251,7 +251,7 @@ class OpenVinoBackend(Backend):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.threads = int(options.get("threads", os.cpu_count() or 1))
+        self.threads = int(options.get("threads", usable_cores()))
         self.precision = str(options.get("precision", "f32"))
         self._core: Any = None
         self._probe_cache: dict[str, bool] = {}

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 import platform
 import re
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
+from collage_mlir.backends.base import usable_cores
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function
 from collage_mlir.export.resources import (
@@ -209,10 +209,7 @@ def host_fingerprint() -> str:
                     flags = value.strip()
     except OSError:
         pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 0
+    cores = usable_cores()
     flag_digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
     return f"{platform.machine()}|{model}|flags:{flag_digest}|cores:{cores}"
 

@@ -779,3 +779,17 @@ def test_openvino_inputs_map_to_arguments_by_any_of_their_names():
     with pytest.raises(RuntimeError, match="OpenVINO input 'zzz' is none of the region's "
                                            "arguments"):
         _arguments_read(Compiled, ["a", "b"])
+
+
+@pytest.mark.parametrize("name", ["onnxruntime", "openvino", "iree"])
+def test_threads_default_to_the_cores_this_process_may_use(name):
+    """Under `taskset -c 0` the cache key said one core while each backend ran as many
+    threads as the machine has: its timings were taken oversubscribed."""
+    cls = BACKENDS[name]
+    if cls.unavailable_reason():
+        pytest.skip(cls.unavailable_reason())
+    with patch("os.sched_getaffinity", return_value={0}):
+        from collage_mlir.cost.key import host_fingerprint
+
+        assert cls().threads == 1 and host_fingerprint.__wrapped__().endswith("|cores:1")
+    assert cls(threads=3).threads == 3
