@@ -38,6 +38,7 @@ import os
 import queue
 import resource
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -138,6 +139,7 @@ class RayExecutor(RemoteExecutor):
                 except ConnectionError:
                     ray.init(resources={BENCH_RESOURCE: 1}, include_dashboard=False, **quiet)
             else:
+                _require_answer(address)
                 ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise CollageError(f"cannot connect to the Ray cluster at {address}: "
@@ -457,6 +459,23 @@ class _Flight:
 
     def left(self) -> list[RemoteItem]:
         return [i for i in self.group.items if i.key not in self.reported]
+
+
+ANSWER_TIMEOUT_S = 5.0
+
+
+def _require_answer(address: str) -> None:
+    """Refuse an address `HOST:PORT` (or `ray://HOST:PORT`) where nothing takes a TCP
+    connection: `ray.init` retries such an address for about 14 minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # not host:port: ray.init says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), ANSWER_TIMEOUT_S).close()
+    except OSError as e:
+        raise CollageError(f"cannot connect to the Ray cluster at {address}: nothing answers "
+                           f"there ({e.strerror or one_line(e)}); is the cluster running "
+                           "(`ray start --head`) and is the port its GCS port?") from None
 
 
 def _on_node(node_id: str) -> Any:

@@ -348,3 +348,22 @@ def test_a_hang_measured_remotely_skips_its_op_type_for_the_rest_of_the_run(tmp_
         assert all(math.isinf(costs[pair.index(c)]) for c in holding)
         assert est.reason(holding[0]) == (
             "error: skipped: numpy_test hung on Sigmoid earlier in this run")
+
+
+def test_an_address_where_nothing_answers_is_refused_at_once():
+    """`ray.init` retried such an address for about 14 minutes, printing Ray's warnings."""
+    import socket
+
+    import collage_mlir.cost.ray_executor as rex
+
+    with socket.socket() as s:  # a port nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(collage_mlir.CollageError, match=rf"at {address}: nothing answers "
+                                                             r"there \(Connection refused\)"):
+            rex._require_answer(address)
+    with socket.socket() as s:  # something listening: left to ray.init
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        rex._require_answer(f"127.0.0.1:{s.getsockname()[1]}")
