@@ -205,7 +205,12 @@ class CacheStore(ABC):
     # -- schema --------------------------------------------------------------------------
 
     def _bring_schema_up(self) -> None:
-        """Inside the caller's write transaction: create or migrate to `SCHEMA_VERSION`."""
+        """Inside the caller's write transaction: create or migrate to `SCHEMA_VERSION`.
+        A cache already there writes nothing (a team member may write rows without the
+        right to create tables)."""
+        if self._columns("meta") and [str(r[0]) for r in self._rows(
+                "SELECT value FROM meta WHERE name = 'schema'")] == [str(SCHEMA_VERSION)]:
+            return
         self._run(META)
         found = self._rows("SELECT value FROM meta WHERE name = 'schema'")
         columns = self._columns("measurements")

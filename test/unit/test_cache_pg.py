@@ -181,6 +181,29 @@ def test_no_message_shows_the_password(url, says):
     assert "TopSecret" not in str(e.value) and "Top%" not in str(e.value)
 
 
+def test_a_member_who_may_write_rows_but_not_create_tables_can_measure(server):
+    """Every writable open ran CREATE TABLE IF NOT EXISTS, which needs CREATE on the schema
+    (PostgreSQL 15 grants it to no one by default): "permission denied for schema public"
+    for a role with every right on the cache's tables."""
+    import psycopg
+
+    url = server.new_database()
+    with open_cache(url):  # the owner makes the tables
+        pass
+    role = f"member{os.getpid()}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'member-pw'")
+        admin.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public "
+                      f"TO {role}")
+    member = url.replace(f"{pg.USER}:{PASSWORD}@", f"{role}:member-pw@")
+    with open_cache(member) as c:
+        c.put(Measurement("k", "r", "onnxruntime", "1", "", "h", "Relu", "ok", 1e-3, 1e-3,
+                          0.0, 5))
+        assert c.get("k").median == 1e-3
+
+
 def test_a_server_whose_session_was_killed_is_stopped_by_the_next(server, monkeypatch):
     # a pytest killed before its atexit leaves its server running: the next session's
     # start stops it and removes its folder; servers of live sessions are left alone
