@@ -198,7 +198,7 @@ _MEASURED = {"measurements": ("median", "p90"), "transitions": ("per_call", "per
 """The columns an `ok` row must hold a time in."""
 
 _KIND_NAMES = {_TEXT: "a string (UTF-8)", _REAL: "a finite number",
-               _MAYBE_REAL: "a number or null", _INT: "a count (integer, 0..2^63-1)",
+               _MAYBE_REAL: "a number or null", _INT: "a count (integer, 0..2^31-1)",
                _BOOL: "true or false", _POINTS: "a list of [bytes, seconds]"}
 
 
@@ -222,8 +222,8 @@ def _fits(v: Any, kind: int) -> bool:
         return _number(v) and math.isfinite(v)
     if kind == _MAYBE_REAL:
         return v is None or _number(v)
-    if kind == _INT:  # counts, as the databases' 64-bit integers hold them
-        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+    if kind == _INT:  # counts, as both stores hold them (PostgreSQL's INTEGER: 32 bits)
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
     if kind == _BOOL:
         return isinstance(v, bool)
     return isinstance(v, list) and all(

@@ -520,6 +520,12 @@ def test_import_keeps_the_newest_row_of_each_key(location):
         "runs": 5, "error": "", "created": 1.0, "timeout_s": None, "attempts": 0,
         "load": None, "stale": False}}),
      "x.jsonl:2: measurements row: status ok with median = -1.0"),
+    (json.dumps({"table": "measurements", "row": {  # PostgreSQL's INTEGER refused it late
+        "key": "a", "region": "r", "backend": "b", "version": "1", "options": "", "host": "h",
+        "signature": "Relu", "status": "ok", "median": 1.0, "p90": 1.0, "spread": 0.0,
+        "runs": 2**40, "error": "", "created": 1.0, "timeout_s": None, "attempts": 0,
+        "load": None, "stale": False}}),
+     "x.jsonl:2: measurements row: runs = 1099511627776 is not a count"),
 ])
 def test_import_refuses_a_malformed_file_whole(tmp_path, line, error):
     from collage_mlir.cost.cache_export import import_cache
