@@ -555,6 +555,7 @@ class MeasuringEstimator(CostEstimator):
         their status: they are this run's answers too); a key whose claim lapses (its run
         ended or died without a row) is claimed and measured here."""
         pending = list(keys)
+        said = False
         while pending:
             done = set()
             for key, m in self.cache.get_many(pending).items():
@@ -576,6 +577,12 @@ class MeasuringEstimator(CostEstimator):
                 self._measure_remote(remote, rows, settle, previous, run, bounds)
             pending = [k for k in pending if k not in mine]
             if pending and not mine:
+                if not said:  # a wait may be long: say what it is for
+                    log.warning("collage: waiting for %d region(s) another run is measuring "
+                                "(if that run died on another machine, its claims lapse "
+                                "after %.0f s without a result)", len(pending),
+                                self.claim_stale_s)
+                    said = True
                 self._sleep(CLAIM_POLL_S)
 
     def _is_hit(self, m: Measurement, bound: float | None = None) -> bool:

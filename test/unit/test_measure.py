@@ -881,9 +881,10 @@ def test_two_runs_started_together_measure_each_region_once(tmp_path):
     assert sum(s["shared"] for s in stats) == 4  # the other run took its rows
 
 
-def test_a_run_waits_for_regions_another_live_run_claimed(tmp_path, graph):
-    """Keys claimed by another live claimant are not measured: the run waits, and takes the
-    rows that run writes."""
+def test_a_run_waits_for_regions_another_live_run_claimed(tmp_path, graph, caplog):
+    """Keys claimed by another live claimant are not measured: the run waits, says so (a
+    run that died on another host holds its claims for an hour at the default timeout),
+    and takes the rows that run writes."""
     import dataclasses
 
     from collage_mlir.cost.cache import Claimant
@@ -910,6 +911,9 @@ def test_a_run_waits_for_regions_another_live_run_claimed(tmp_path, graph):
         assert all(0 < c < math.inf for c in costs)
         assert len(naps) == 1 and est.stats.shared == 2 and est.stats.measured == 2
         assert est.cache.claims() == []
+    said = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "collage: waiting for 2 region(s) another run is measuring")
 
 
 def test_claims_of_a_dead_run_expire(tmp_path, graph):
