@@ -21,8 +21,11 @@ URL with its password masked, and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import select
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +34,8 @@ from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
 from collage_mlir.errors import CollageError
 
 CONNECT_TIMEOUT_S = 10
+RECONNECT_S = 60.0
+"""How long a run waits for a server that closed its connection to take a new one."""
 """Seconds to wait for the server before giving up (unless the URL says
 `connect_timeout`)."""
 _LOCK = 0x636F6C6C616765  # "collage": the advisory lock every writer of a cache takes
@@ -147,6 +152,34 @@ class PostgresCache(CacheStore):
             raise CollageError(f"{self.location}: cannot connect to PostgreSQL ({line}); "
                                f"{_connect_hint(line)}") from None
 
+    def _revive(self) -> None:
+        """Connect again when the server has closed this idle connection (a restart, an
+        idle-session timeout: its socket is readable with nothing asked of it), waiting up
+        to RECONNECT_S for a server that is coming back. Inside a transaction, nothing."""
+        conn = self._conn
+        idle = self._psycopg.pq.TransactionStatus.IDLE
+        if not conn.closed and not conn.broken:
+            if conn.info.transaction_status != idle:
+                return
+            try:
+                if not select.select([conn.pgconn.socket], [], [], 0)[0]:
+                    return
+            except (OSError, ValueError, self._psycopg.Error):
+                pass
+        with contextlib.suppress(Exception):
+            conn.close()
+        deadline = time.monotonic() + RECONNECT_S
+        while True:
+            try:
+                self._conn = self._connect()
+                break
+            except CollageError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        if self.readonly:
+            self._conn.execute("SET default_transaction_read_only = on")
+
     def _failed(self, doing: str, e: BaseException) -> CollageError:
         return CollageError(f"{self.location}: {doing} ({scrubbed(_first_line(e), self.url)})")
 
@@ -181,6 +214,7 @@ class PostgresCache(CacheStore):
     def _lost_is_an_error(self) -> Iterator[None]:
         try:
             with self._turn:
+                self._revive()
                 yield
         except self._psycopg.OperationalError as e:
             raise self._failed("lost the connection to PostgreSQL", e) from None
