@@ -21,6 +21,9 @@ reference see the same arrays):
   the running sum of its attention mask, and a mask of values up to 15 summed over 512
   tokens would index past its table. Out of bounds, onnxruntime (the reference) fails
   and a backend that does not check returns garbage, so the region could not be checked.
+- an integer input a recurrent op reads as its `sequence_lens` holds the sequences' full
+  length (`sequence_lengths`): drawn as a small index it was 0, every sequence empty and
+  every backend's outputs zeros alike, so nothing was checked.
 """
 
 from __future__ import annotations
@@ -95,18 +98,24 @@ _made: OrderedDict[tuple, list[np.ndarray]] = OrderedDict()
 
 def make_inputs_for_specs(specs: Sequence[tuple[tuple[int, ...], np.dtype]],
                           seed: int | None = None, variant: int = 0,
-                          bounds: Mapping[int, int] | None = None) -> list[np.ndarray]:
+                          bounds: Mapping[int, int] | None = None,
+                          lengths: Mapping[int, int] | None = None) -> list[np.ndarray]:
     """Arrays following the module's input rule; seeded from the specs (plus `variant`, for
     another set of the same kind) unless `seed` is given; integer input k below
-    `bounds[k]` where given (`index_bounds`). Each call returns arrays of its own (a set
-    made before is copied)."""
+    `bounds[k]` where given (`index_bounds`), and all `lengths[k]` where given
+    (`sequence_lengths`). Each call returns arrays of its own (a set made before is
+    copied)."""
     specs = [(tuple(shape), np.dtype(dt)) for shape, dt in specs]
     if seed is None:
         seed = int.from_bytes(hashlib.sha256(repr(specs).encode()).digest()[:8], "little")
         seed += variant
-    key = (tuple(specs), seed, tuple(sorted((bounds or {}).items())))
+    key = (tuple(specs), seed, tuple(sorted((bounds or {}).items())),
+           tuple(sorted((lengths or {}).items())))
     if key not in _made:
-        _keep(key, _drawn(specs, seed, bounds))
+        drawn = _drawn(specs, seed, bounds)
+        for k, n in (lengths or {}).items():
+            drawn[k][...] = n
+        _keep(key, drawn)
     _made.move_to_end(key)
     return [a.copy() for a in _made[key]]
 
@@ -147,7 +156,44 @@ def _index_high(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> int:
 def make_inputs(fn: ir.Operation, seed: int | None = None, variant: int = 0
                 ) -> list[np.ndarray]:
     """Inputs for every argument of `fn` (a `func.func`), by the module's input rule."""
-    return make_inputs_for_specs(argument_specs(fn), seed, variant, index_bounds(fn))
+    return make_inputs_for_specs(argument_specs(fn), seed, variant, index_bounds(fn),
+                                 sequence_lengths(fn))
+
+
+RECURRENT = frozenset({"RNN", "GRU", "LSTM"})
+"""Ops whose operand 4 is `sequence_lens` (operand 0 the sequences, time first unless
+`layout` is 1)."""
+
+
+def sequence_lengths(fn: ir.Operation) -> dict[int, int]:
+    """Integer arguments of `fn` a recurrent op reads as its `sequence_lens`, directly or
+    through calls into the module's other functions: argument position → the sequences'
+    full length (the input rule's value for them)."""
+    out = {}
+    for k, arg in enumerate(fn.regions[0].blocks[0].arguments):
+        n = _sequence_length(arg)
+        if n:
+            out[k] = n
+    return out
+
+
+def _sequence_length(value: ir.Value) -> int | None:
+    for use in value.uses:
+        op, n = use.owner.operation, use.operand_number
+        if op.name == "func.call":
+            callee = find_function(op.parent.parent,
+                                   ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+            found = _sequence_length(callee.regions[0].blocks[0].arguments[n])
+        elif onnx_view.op_type(op) in RECURRENT and n == 4:
+            shape = (onnx_view.tensor_type(op.operands[0].type) or (None, ""))[0]
+            layout = onnx_view.attributes(op).get("layout")
+            time_axis = int(onnx_view.attribute_value(layout)) if layout is not None else 0
+            found = shape[time_axis] if shape and len(shape) == 3 else None
+        else:
+            continue
+        if found and found > 0:
+            return found
+    return None
 
 
 GATHERS = frozenset({"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND"})

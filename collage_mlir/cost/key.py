@@ -45,7 +45,7 @@ from collage_mlir.export.resources import (
     module_resources,
     unquote_key,
 )
-from collage_mlir.tensors import index_bounds
+from collage_mlir.tensors import index_bounds, sequence_lengths
 
 KEY_VERSION = "2"  # bump when the canonical form changes, so old cache rows stop matching
 
@@ -166,6 +166,9 @@ def function_key(fn: ir.Operation, tokens: dict[str, str] | None = None) -> Regi
     bounds = index_bounds(fn)
     if bounds:  # its inputs differ from the general rule's, and so may its numbers
         canon.lines.append(f"inputs below {sorted(bounds.items())}")
+    lengths = sequence_lengths(fn)
+    if lengths:
+        canon.lines.append(f"sequences of {sorted(lengths.items())}")
     digest = hashlib.sha256("\n".join(canon.lines).encode()).hexdigest()
     return RegionKey(digest, signature(fn))
 

@@ -1243,7 +1243,8 @@ def test_quantized_results_are_those_a_quantizing_op_makes(tmp_path):
     import collage_mlir
 
     model = onnx.parser.parse_model(QUANTIZED_OUTPUTS)
-    assert tensors.quantized_results(find_function(import_onnx(model))) == {0, 3}
+    module = import_onnx(model)
+    assert tensors.quantized_results(find_function(module)) == {0, 3}
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"per_op": {"onnxruntime": {"*": 1.0}}}))
     outlined = collage_mlir.compile(model, backends=["onnxruntime"], cost=f"table:{costs}",
@@ -1251,3 +1252,28 @@ def test_quantized_results_are_those_a_quantizing_op_makes(tmp_path):
     entry = find_function(outlined.module, outlined.plan.entry)
     assert "func.call" in [op.name for op in entry.regions[0].blocks[0].operations]
     assert tensors.quantized_results(entry) == {0, 3}
+
+
+RECURRENT_MODEL = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[5,2,4] x, float[1,12,4] w, float[1,12,3] r, int32[2] n, float[2,5,4] t,
+   int32[2] m) => (float[1,2,3] y, float[1,2,3] z) {
+  y1, y = LSTM<hidden_size = 3>(x, w, r, "", n)
+  z1, z = GRU<hidden_size = 3, layout = 1>(t, w, r, "", m)
+}
+"""
+
+
+def test_sequence_lengths_are_made_full_not_empty():
+    """Drawn as small indices, an RNN's sequence_lens were 0 (below the batch of 2): every
+    sequence empty, every backend's outputs zeros, nothing checked (OpenVINO dropping
+    LSTM peepholes passed so). They are the sequences' full length, by `layout`, and the
+    region's key says so."""
+    module = import_onnx(onnx.parser.parse_model(RECURRENT_MODEL))
+    fn = find_function(module)
+    assert tensors.sequence_lengths(fn) == {3: 5, 5: 5}
+    x, _, _, n, _, m = make_inputs(fn)
+    assert n.tolist() == [5, 5] and m.tolist() == [5, 5] and n.dtype == np.int32
+    with_lengths = function_key(fn).digest
+    with patch("collage_mlir.cost.key.sequence_lengths", lambda fn: {}):
+        assert function_key(fn).digest != with_lengths
