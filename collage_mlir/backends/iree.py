@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,20 +110,38 @@ def _constant_text(producer: Node, value: ir.Value) -> str:
     return str(value.type)
 
 
+INPUT_CONVERSION_TIMEOUT_S = 60.0
+"""How long the capability probe's input conversion may take (a few seconds for a whole
+model's op signatures): iree-compile 3.13 never finished Pad mode=wrap on int32."""
+
+
 def _compile(module: ir.Module, flags: Sequence[str], work: Path,
-             target: str = "llvm-cpu") -> Path:
+             target: str = "llvm-cpu", timeout_s: float | None = None) -> Path:
     """Compile `module` with iree-compile through files in `work` (`regions.mlir` in,
-    `regions.vmfb` out). Files, not strings: a model's weights would otherwise be held as hex
-    text, encoded again for the tool's stdin and returned through its stdout (about five
-    copies of the weights at once in this process)."""
-    import iree.compiler as ic
+    `regions.vmfb` out), raising past `timeout_s`. Files, not strings: a model's weights
+    would otherwise be held as hex text, encoded again for the tool's stdin and returned
+    through its stdout (about five copies of the weights at once in this process)."""
+    from iree.compiler.tools.core import (
+        CompilerOptions,
+        CompilerToolError,
+        TempFileSaver,
+        build_compile_command_line,
+    )
 
     source, output = work / "regions.mlir", work / "regions.vmfb"
     with open(source, "w") as f:
         module.operation.print(file=f)
     targets = [target] if target == "llvm-cpu" else []  # a GPU target comes as a device flag
-    ic.compile_file(str(source), output_file=str(output), target_backends=targets,
-                    input_type="onnx", extra_args=list(flags))
+    options = CompilerOptions(output_file=str(output), target_backends=targets,
+                              input_type="onnx", extra_args=list(flags))
+    with TempFileSaver.implicit() as tfs:
+        command = build_compile_command_line(str(source), tfs, options)
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"iree-compile did not finish in {timeout_s:.0f} s") from None
+    if done.returncode != 0:
+        raise CompilerToolError(done)
     return output
 
 
@@ -175,7 +194,8 @@ def _input_conversion_failures(modules: list[ir.Module]) -> set[int] | None:
     combined, names = combine(modules, "probe")
     with ScratchDir("iree") as work:
         try:
-            _compile(combined, ["--compile-to=input"], Path(work))
+            _compile(combined, ["--compile-to=input"], Path(work),
+                     timeout_s=INPUT_CONVERSION_TIMEOUT_S)
         except Exception as e:
             return _failed_functions(Path(work), names, str(e))
     return None

@@ -757,6 +757,23 @@ def test_openvino_takes_no_lstm_with_peepholes():
     assert not bits >> with_p & 1 and bits >> without_p & 1
 
 
+WRAP_PAD = '''g (int32[1,3,4,5] x) => (int32[1,3,6,7] y) {
+  pads = Constant<value = int64[8] {0, 0, 1, 1, 0, 0, 1, 1}>()
+  y = Pad<mode = "wrap">(x, pads)
+}'''
+
+
+def test_an_iree_capability_probe_that_never_finishes_is_cut_short(monkeypatch):
+    """iree-compile 3.13 never finished input conversion of an int32 Pad mode=wrap, and
+    `partition` hung in annotate. The probe is bounded; the op it could not decide is not
+    IREE's."""
+    backend = _backend("iree")
+    monkeypatch.setattr(iree_backend, "INPUT_CONVERSION_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(iree_backend, "_support", {})
+    graph = _graph(WRAP_PAD, opset=19)
+    assert backend.capability(graph) == 0
+
+
 def test_exported_names_map_back_to_the_nodes_they_export():
     """Every node `export_function` writes for an extracted region is the op of the graph
     node `exported_owners` names for it, and every result's default name its producer's."""
