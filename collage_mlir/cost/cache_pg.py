@@ -42,14 +42,22 @@ _LOCK = 0x636F6C6C616765  # "collage": the advisory lock every writer of a cache
 _TABLES = ("measurements", "transitions", "capabilities", "claims", "meta")
 
 
+def _user_part(url: str) -> str:
+    """What a URL holds before its host: `user[:password]`, up to the last `@` before the
+    first `/` after the scheme ("" when none). A password may hold `?` or `#` unencoded
+    (libpq misreads it, but it must still be masked)."""
+    _, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0]
+    return authority[:authority.rfind("@")] if sep and "@" in authority else ""
+
+
 def mask_url(url: str) -> str:
-    """`url` with any password replaced by `***` (in the user part, up to its last `@`,
-    and as a `password=` parameter)."""
+    """`url` with any password replaced by `***` (in the user part, `_user_part`, and as a
+    `password=` parameter)."""
     scheme, sep, rest = url.partition("://")
-    query = rest.find("?")
-    at = rest.rfind("@", 0, query if query >= 0 else len(rest))
-    if sep and at > 0 and ":" in rest[:at]:
-        rest = rest[:at].split(":", 1)[0] + ":***" + rest[at:]
+    user = _user_part(url)
+    if ":" in user:
+        rest = user.split(":", 1)[0] + ":***" + rest[len(user):]
     return re.sub(r"([?&]password=)[^&]*", r"\1***", scheme + sep + rest)
 
 
@@ -57,12 +65,10 @@ def secrets_of(url: str) -> list[str]:
     """The strings of `url` a message must not show: the URL itself and its password, whole
     and in pieces (an unencoded `@` in a password makes the driver quote part of it as a
     host), longest first."""
-    scheme, sep, rest = url.partition("://")
-    query = rest.find("?")
-    user_part = rest[:rest.rfind("@", 0, query if query >= 0 else len(rest))] if sep else ""
-    passwords = [user_part.split(":", 1)[1]] if ":" in user_part else []
+    user = _user_part(url)
+    passwords = [user.split(":", 1)[1]] if ":" in user else []
     passwords += re.findall(r"[?&]password=([^&]*)", url)
-    found = {url} | {p for pw in passwords for p in (pw, *pw.split("@")) if len(p) >= 3}
+    found = {url} | {p for pw in passwords for p in (pw, *re.split("[@?#]", pw)) if len(p) >= 3}
     return sorted(found, key=len, reverse=True)
 
 
@@ -134,9 +140,11 @@ class PostgresCache(CacheStore):
             from psycopg.conninfo import conninfo_to_dict
 
             scheme, sep, rest = self.url.partition("://")
-            if sep and "@" in rest.split("/", 1)[0].rpartition("@")[0]:
-                raise CollageError(f"{self.location}: the user or password holds an '@': "
-                                   "write it as %40 (percent-encoded)")
+            held = [c for c in "@?#" if c in _user_part(self.url)]
+            if held:
+                raise CollageError(f"{self.location}: the user or password holds "
+                                   f"{held[0]!r}: write it as %{ord(held[0]):02X} "
+                                   "(percent-encoded)")
             params = conninfo_to_dict(scheme.lower() + sep + rest)  # libpq: lower case only
         except psycopg.Error as e:
             raise CollageError(f"{self.location}: not a PostgreSQL URL "

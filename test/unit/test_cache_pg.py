@@ -176,7 +176,8 @@ def test_a_connection_the_server_closed_is_made_again_and_a_lost_one_is_one_line
     ("POSTGRESQL://collage:TopSecret99@127.0.0.1:{port}/c1", "Connection refused"),
     ("postgresql://collage:Top%Secret@127.0.0.1:{port}/c1", "invalid percent-encoded"),
     ("postgresql://collage@127.0.0.1:{port}/c1?password=Top%zzSecret", "percent-encoded"),
-    ("postgresql://collage:p@ssTopSecret@db.example/c1", "holds an '@': write it as %40"),
+    ("postgresql://collage:p@ssTopSecret@db.example/c1", "holds '@': write it as %40"),
+    ("postgresql://collage:TopSecret?x@127.0.0.1:{port}/c1", "holds '?': write it as %3F"),
 ])
 def test_no_message_shows_the_password(url, says):
     """The driver's own message quoted the raw URL or the password after the masked one;
