@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, first_line
 
 CONNECT_TIMEOUT_S = 10
 RECONNECT_S = 60.0
@@ -80,9 +80,8 @@ def scrubbed(text: str, url: str) -> str:
 
 
 def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(e).__name__
-    return re.sub(r"^connection failed: ", "", text)
+    """The driver's message in one line, without its "connection failed: " preamble."""
+    return re.sub(r"^connection failed: ", "", first_line(e) or type(e).__name__)
 
 
 def _connect_hint(message: str) -> str:
