@@ -14,7 +14,7 @@ from weakref import WeakKeyDictionary
 from collage_mlir.backends.base import Backend
 from collage_mlir.backends.registry import get_backend
 from collage_mlir.candidate import CandidatePartition
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, first_line
 from collage_mlir.graph import DataflowGraph, SubGraphConfig
 from collage_mlir.rules.base import PartitionRule, RuleContext, dedupe
 
@@ -50,7 +50,7 @@ class PartitionSpec:
             try:
                 bits = self.resolve_backend().capability(graph)
             except Exception as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                first = first_line(e) or type(e).__name__
                 raise CollageError(f"backend '{self.backend_name}' could not say which ops of "
                                    f"this model it runs ({first}); leave it out of the "
                                    "backends (--backends, backends=)") from e

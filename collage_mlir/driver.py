@@ -33,6 +33,7 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import function_name, io_names, public_functions, result_count
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import forget_store, weight_store
@@ -274,6 +275,32 @@ def annotate(graph: DataflowGraph, backends: Sequence[str], config: SubGraphConf
     if placement is None:
         return candidates
     return placement.filter(graph, candidates)
+
+
+def require_offered(graph: DataflowGraph, backends: Sequence[str],
+                    candidates: Sequence[CandidatePartition],
+                    placement: Placement | None = None) -> None:
+    """Every op node of `graph` in some candidate, checked before anything is measured; else
+    an error naming the first node left out and why: the placement rule behind it, or each
+    backend's own reason."""
+    offered = 0
+    for c in candidates:
+        offered |= c.inside
+    missing = graph.op_bits & ~offered
+    if not missing:
+        return
+    i = (missing & -missing).bit_length() - 1
+    node = graph.nodes[i]
+    said = placement.says_of(node) if placement else None
+    if said is None:
+        said = "; ".join(
+            f"{spec.backend_name}: " + (spec.resolve_backend().refusal(graph, i)
+                                        if not spec.supported(graph) >> i & 1
+                                        else "formed no region holding it")
+            for spec in specs_for(backends))
+    name = onnx_view.node_name(node.op)
+    raise CollageError(f"no backend can run {node.op_type} node "
+                       f"{repr(name) if name else i}: {said}")
 
 
 def given_inputs(fn: ir.Operation, inputs: Inputs) -> list[np.ndarray]:
@@ -704,6 +731,7 @@ def _partition_module(module: ir.Module, options: PartitionOptions,
         placement = None if options.placement is None else Placement.from_json(
             options.placement)
         candidates = annotate(graph, names, config, placement)
+        require_offered(graph, names, candidates, placement)
     given = None if options.inputs is None else given_inputs(graph.func_op, options.inputs)
     owns_estimator = estimator is None
     if options.measure_budget_s is not None and not 0 < options.measure_budget_s < math.inf:

@@ -117,6 +117,10 @@ class Backend(abc.ABC):
     def capability(self, graph: DataflowGraph) -> int:
         """Bitset (over `graph`'s post-dfs indices) of the op nodes this backend can run."""
 
+    def refusal(self, graph: DataflowGraph, node: int) -> str:
+        """Why `capability` leaves op node `node` of `graph` out, for error messages."""
+        return "not among the ops it runs"
+
     def partition_rule(self) -> PartitionRule:
         """The rule that forms this backend's candidates; by default the one for its kind."""
         return default_rule_for(self)

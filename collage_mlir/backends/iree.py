@@ -38,6 +38,7 @@ DEFAULT_FLAGS = (
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
     "--iree-llvmcpu-stack-allocation-limit=1048576",
+    "--iree-input-demote-f64-to-f32=false",
     "--iree-preprocessing-pass-pipeline="
     "builtin.module(util.func(iree-global-opt-convert-conv2d-to-img2col))",
 )
@@ -46,7 +47,9 @@ allocation limit (32 KiB per dispatch) refuses whole transformers ("exceeded sta
 allocation limit"): with 1 MiB, bert_base compiles in 10 s and matches onnxruntime.
 Convolutions go through img2col into matmuls (IREE's tiled, ukernel path): compiled as
 direct NCHW convolutions they run 5-40x slower on x86 (a resnet50 3x3 convolution 64 ms
-against 1.9 ms); grouped and depthwise ones are left as they are."""
+against 1.9 ms); grouped and depthwise ones are left as they are. float64 stays float64: by
+default IREE computes it in float32, and a region with float64 arguments then fails at its
+first call (its buffers are half the size the arguments need)."""
 RETRY_DROPPING = ("--iree-opt-data-tiling", "--iree-opt-level=O3")
 """Flags a region that fails to compile is compiled again without, once, before it counts as
 failed. iree-base-compiler 3.13's data tiling breaks whole Mamba2-style models (an encoding

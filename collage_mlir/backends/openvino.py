@@ -144,20 +144,22 @@ def _require_int32_range(x: np.ndarray, k: int) -> None:
                          f"{x.dtype} values in int32")
 
 
+def _miscomputed(node: Node) -> str:
+    """Why OpenVINO's CPU plugin computes `node` otherwise than ONNX says ("" when it does
+    not), so that it is not offered: float64 values are computed in float32, and an LSTM's
+    peepholes (its input P) are dropped (1.5% off on ONNX's own test, 20% with larger P)."""
+    if node.op_type == "LSTM" and len(node.operands) > 7 and node.operands[7] is not None:
+        return "drops an LSTM's peepholes (input P)"
+    for v in (*node.op.operands, *node.op.results):
+        parsed = tensor_type(v.type)
+        if parsed is not None and parsed[1] == "f64":
+            return "computes float64 in float32"
+    return ""
+
+
 def _miscomputed_nodes(graph: DataflowGraph) -> int:
-    """Op nodes OpenVINO's CPU plugin computes otherwise, so it does not take them: those
-    that read or make float64 values (computed in float32), and an LSTM given peepholes
-    (its input P is dropped: 1.5% off on ONNX's own test, 20% with larger P)."""
-    def f64(value: ir.Value) -> bool:
-        parsed = tensor_type(value.type)
-        return parsed is not None and parsed[1] == "f64"
-
-    def miscomputed(n: Node) -> bool:
-        if n.op_type == "LSTM" and len(n.operands) > 7 and n.operands[7] is not None:
-            return True
-        return any(f64(v) for v in (*n.op.operands, *n.op.results))
-
-    return sum(1 << n.index for n in graph.op_nodes() if miscomputed(n))
+    """The op nodes `_miscomputed` gives a reason for, as a bitset."""
+    return sum(1 << n.index for n in graph.op_nodes() if _miscomputed(n))
 
 
 SAME_CODE = SimpleNamespace(rtol=1e-4, atol_scale=1e-5)
@@ -313,6 +315,9 @@ class OpenVinoBackend(Backend):
 
     def capability(self, graph: DataflowGraph) -> int:
         return self._capability(graph) & ~_miscomputed_nodes(graph)
+
+    def refusal(self, graph: DataflowGraph, node: int) -> str:
+        return _miscomputed(graph.nodes[node]) or super().refusal(graph, node)
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:
         """Ask query_model about each op alone (cached per op signature)."""

@@ -738,6 +738,21 @@ def test_openvino_takes_no_float64_op():
     kinds = {n.op_type: n.index for n in graph.op_nodes()}
     assert _backend("openvino").capability(graph) == 1 << kinds["Relu"]
     assert _backend("onnxruntime").capability(graph) == graph.op_bits
+    assert _backend("openvino").refusal(graph, kinds["Add"]) == "computes float64 in float32"
+
+
+def test_iree_computes_float64_in_float64():
+    """IREE computes float64 in float32 unless told otherwise; its region with float64
+    arguments then failed at its first call (half-sized buffers). Kept float64, it matches
+    onnxruntime exactly."""
+    graph = _graph(FLOAT64)
+    module = SubGraph(graph, graph.op_bits).extract("f64")
+    xs = [np.array([1e10 + 1 / 3, -3.5, 7.25]), np.array([1, -2, 3], np.float32)]
+    want = OnnxRuntimeBackend().compile(module).run(xs)
+    got = _backend("iree").compile(module).run(xs)
+    assert got[0].dtype == np.float64
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 LSTMS = '''g (float[3,2,4] x, float[1,12,4] w, float[1,12,3] r, float[1,24] b,
@@ -755,6 +770,7 @@ def test_openvino_takes_no_lstm_with_peepholes():
     with_p, without_p = (n.index for n in graph.op_nodes() if n.op_type == "LSTM")
     bits = _backend("openvino").capability(graph)
     assert not bits >> with_p & 1 and bits >> without_p & 1
+    assert "peepholes" in _backend("openvino").refusal(graph, with_p)
 
 
 WRAP_PAD = '''g (int32[1,3,4,5] x) => (int32[1,3,6,7] y) {

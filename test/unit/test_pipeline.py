@@ -404,6 +404,24 @@ def test_placement_is_respected(tmp_path, mixing_table):
             assert choice.candidate.backend == "onnxruntime"
 
 
+@pytest.mark.skipif("openvino" not in available_backends(), reason="needs openvino")
+def test_an_op_no_backend_offers_is_named_with_each_backends_reason(tmp_path):
+    """A float64 model on OpenVINO alone: refused before anything is measured, naming the
+    node and OpenVINO's reason (it had said "no backend offered a candidate")."""
+    path = tmp_path / "f64.onnx"
+    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+g (double[3] x) => (double[3] y) {
+  n = Neg(x)
+  y = Add(n, x)
+}"""), path)
+    with pytest.raises(collage_mlir.CollageError,
+                       match=r"no backend can run Neg node 'n': openvino: computes float64 "
+                             r"in float32$"):
+        collage_mlir.compile(str(path), backends=["openvino"], cost="measure",
+                             cache=str(tmp_path / "c.sqlite"))
+    assert not (tmp_path / "c.sqlite").exists()
+
+
 def _unnamed_nodes_model(path: Path) -> str:
     """x → Relu → Sigmoid → Add(·, x), none of the nodes named (as many exporters write)."""
     from onnx import TensorProto, helper
