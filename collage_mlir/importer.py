@@ -21,6 +21,7 @@ from collage_mlir.context import make_context
 from collage_mlir.dialects import collage
 from collage_mlir.errors import CollageError, first_line
 from collage_mlir.export.resources import RESOURCE_ENTRY, blob_token, unquote_key
+from collage_mlir.legacy import after_upgrade, before_upgrade, default_opset
 from collage_mlir.paths import user_path
 from collage_mlir.static_shapes import InputShapes, SampleShapes, make_static
 
@@ -96,7 +97,8 @@ def refuse_subgraphs(proto: onnx.ModelProto, label: str) -> None:
 MIN_OPSET = 17
 """Older models are upgraded to this opset on import: IREE's ONNX input conversion only knows
 the modern forms of many ops (opset-9 MaxPool, BatchNormalization, Add ... are refused),
-while onnxruntime and openvino take either. The converter preserves semantics."""
+while onnxruntime and openvino take either. Where onnx's converter changes what an op
+computes, `legacy` keeps its old meaning."""
 
 
 def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
@@ -113,18 +115,22 @@ def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
             used.add(name)
 
 
-def upgrade_opset(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
-    """`proto` converted to opset `target` when it is older; unchanged when that fails."""
-    current = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-                  default=target)
-    if current >= target:
+def upgrade_opset(proto: onnx.ModelProto, target: int, label: str = "<model>"
+                  ) -> onnx.ModelProto:
+    """`proto` converted to opset `target` when it is older (the ops whose meaning onnx's
+    converter changes kept as they were: `legacy`); as written, less those rewrites, when
+    the converter fails."""
+    if default_opset(proto) >= target:
         return proto
+    resizes = before_upgrade(proto)
     try:
         from onnx import version_converter
 
-        return version_converter.convert_version(proto, target)
+        converted = version_converter.convert_version(proto, target)
     except Exception:  # an op without an adapter: keep the model as written
         return proto
+    after_upgrade(converted, resizes, label)
+    return converted
 
 
 def import_onnx(model: ModelLike, context: ir.Context | None = None,
@@ -147,7 +153,7 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
         proto.CopyFrom(model)
     check_model(proto, label)
     if min_opset is not None:
-        proto = upgrade_opset(proto, min_opset)
+        proto = upgrade_opset(proto, min_opset, label)
     respell(proto)
     proto = make_static(proto, label, input_shapes, samples)
     canonicalize(proto)
