@@ -4,10 +4,14 @@ Exporters spell some ops in ways only some backends take. Each rewrite here repl
 node by standard ops that compute the same values on every input, and only where that
 follows from the node's attributes and static shapes alone (so `canonicalize` runs after
 `static_shapes.make_static`, which records a static type for every value). `respell` fixes
-spellings that shape inference itself refuses, so it runs first and needs no shapes.
+spellings with one meaning that ONNX's checker, shape inference or reference evaluator
+refuse (local functions, sparse tensors, unsorted nodes ...), so it runs first and needs no
+shapes.
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 import onnx
@@ -15,9 +19,108 @@ from onnx import helper, numpy_helper
 
 
 def respell(proto: onnx.ModelProto) -> list[str]:
-    """Fix, in place, spellings with one meaning that ONNX's shape inference (and
-    onnxruntime's loader) refuse; the names of the nodes changed. Needs no shapes."""
-    return negative_transpose_perms(proto.graph)
+    """Fix, in place, spellings with one meaning that ONNX's shape inference, its reference
+    evaluator (which folds constants) or onnxruntime's loader refuse; the names of the
+    nodes and initializers changed. Needs no shapes."""
+    fixed = local_functions_inlined(proto) + default_domain_spelled_out(proto.graph)
+    return fixed + dense_sparse_tensors(proto.graph) + negative_transpose_perms(proto.graph) \
+        + sorted_nodes(proto.graph)
+
+
+def local_functions_inlined(proto: onnx.ModelProto) -> list[str]:
+    """Calls of the model's own functions (torch's dynamo exporter writes them) replaced by
+    the functions' bodies, which the backends run (`onnx.inliner`, attribute references
+    and defaults resolved)."""
+    if not proto.functions:
+        return []
+    local = {(f.domain, f.name): f for f in proto.functions}
+    called = [n.name or n.output[0] for n in proto.graph.node if (n.domain, n.op_type) in local]
+    for f in proto.functions:  # onnx 1.23's inliner drops attribute defaults: pass them in
+        for node in [*proto.graph.node, *(n for g in proto.functions for n in g.node)]:
+            if local.get((node.domain, node.op_type)) is f:
+                given = {a.name for a in node.attribute}
+                node.attribute.extend(a for a in f.attribute_proto if a.name not in given)
+    from onnx import inliner
+
+    inlined = inliner.inline_local_functions(proto)
+    proto.CopyFrom(inlined)
+    del proto.functions[:]
+    return called
+
+
+def default_domain_spelled_out(graph: onnx.GraphProto) -> list[str]:
+    """Nodes whose domain is spelled "ai.onnx" get "", its other spelling, which ONNX's
+    schema lookup knows."""
+    fixed = []
+    for node in graph.node:
+        if node.domain == "ai.onnx":
+            node.domain = ""
+            fixed.append(node.name or node.output[0])
+    return fixed
+
+
+def sorted_nodes(graph: onnx.GraphProto) -> list[str]:
+    """The nodes in an order where each comes after the nodes it reads (ONNX requires it,
+    onnxruntime does not), the written order kept wherever it can be; the names of the
+    nodes moved. A cycle is left for the checker to name."""
+    made = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    needs = [{made[i] for i in n.input if i in made} - {k} for k, n in enumerate(graph.node)]
+    if all(d < k for k, ds in enumerate(needs) for d in ds):
+        return []
+    readers: list[list[int]] = [[] for _ in needs]
+    for k, ds in enumerate(needs):
+        for d in ds:
+            readers[d].append(k)
+    waiting = [len(ds) for ds in needs]
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers[k]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) < len(needs):
+        return []
+    nodes = [graph.node[k] for k in order]
+    moved = [n.name or n.output[0] for pos, (k, n) in enumerate(zip(order, nodes, strict=True))
+             if pos != k]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return moved
+
+
+def dense_sparse_tensors(graph: onnx.GraphProto) -> list[str]:
+    """Sparse initializers and Constants holding a `sparse_value` become their dense
+    tensors (what every backend reads; folding could not evaluate them)."""
+    fixed = [t.values.name for t in graph.sparse_initializer]
+    graph.initializer.extend(numpy_helper.from_array(_dense(t), t.values.name)
+                             for t in graph.sparse_initializer)
+    del graph.sparse_initializer[:]
+    for node in graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+            continue
+        sparse = next((a for a in node.attribute if a.name == "sparse_value"), None)
+        if sparse is not None:
+            node.attribute.remove(sparse)
+            node.attribute.append(helper.make_attribute(
+                "value", numpy_helper.from_array(_dense(sparse.sparse_tensor))))
+            fixed.append(node.name or node.output[0])
+    return fixed
+
+
+def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array of `sparse`: its values at its indices (flat, or one row of
+    coordinates per value), zero elsewhere."""
+    values = numpy_helper.to_array(sparse.values)
+    out = np.zeros(tuple(sparse.dims), values.dtype)
+    if values.size:
+        indices = numpy_helper.to_array(sparse.indices)
+        flat = indices if indices.ndim == 1 else np.ravel_multi_index(indices.T, out.shape)
+        out.reshape(-1)[flat] = values
+    return out
 
 
 def negative_transpose_perms(graph: onnx.GraphProto) -> list[str]:

@@ -74,6 +74,13 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
                 f"{label}: node '{node.name or node.output[0]}' op '{domain}.{node.op_type}' "
                 f"is from a custom domain, which no backend here can run{hint}"
             )
+    weights = {i.name for i in proto.graph.initializer}
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for v in values:
+            if v.name not in weights and \
+                    v.type.tensor_type.elem_type == onnx.TensorProto.STRING:
+                raise CollageError(f"{label}: {kind} '{v.name}' holds strings, which no "
+                                   "backend here takes")
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -151,10 +158,10 @@ def import_onnx(model: ModelLike, context: ir.Context | None = None,
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
+    respell(proto)
     check_model(proto, label)
     if min_opset is not None:
         proto = upgrade_opset(proto, min_opset, label)
-    respell(proto)
     proto = make_static(proto, label, input_shapes, samples)
     canonicalize(proto)
     refuse_subgraphs(proto, label)

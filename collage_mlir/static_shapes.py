@@ -87,7 +87,7 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:
         return None
     out: list[int | str | None] = []
     for d in t.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:  # -1: dynamic, as onnxruntime reads it
             out.append(d.dim_value)
         else:
             out.append(d.dim_param or None)

@@ -248,3 +248,109 @@ def test_paths_expand_home_and_variables(tmp_path, monkeypatch):
     cache = MeasurementCache("~/sub/c.sqlite")
     cache.close()
     assert (tmp_path / "sub" / "c.sqlite").is_file()
+
+
+def _sparse_model() -> onnx.ModelProto:
+    """x + a sparse Constant (coordinates per value) + a sparse initializer (flat indices)."""
+    from onnx import numpy_helper
+    def sparse(name, values, indices, dims):
+        return oh.make_sparse_tensor(numpy_helper.from_array(np.array(values, np.float32), name),
+                                     numpy_helper.from_array(np.array(indices, np.int64)), dims)
+    nodes = [oh.make_node("Constant", [], ["c"], name="k",
+                          sparse_value=sparse("cv", [5, -2], [[0, 1], [1, 2]], [2, 3])),
+             oh.make_node("Add", ["x", "c"], ["s"]), oh.make_node("Add", ["s", "w"], ["y"])]
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph(nodes, "g", [value("x", onnx.TensorProto.FLOAT, [2, 3])],
+                          [value("y", onnx.TensorProto.FLOAT, [2, 3])])
+    graph.sparse_initializer.append(sparse("w", [7, 9], [0, 5], [2, 3]))
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_sparse_tensors_import_as_their_dense_values():
+    """A Constant's sparse_value ended in an internal error (folding could not evaluate it),
+    a sparse initializer in "no static shape after folding"."""
+    import onnxruntime as ort
+
+    from collage_mlir.canonical import respell
+    model = _sparse_model()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert respell(model) == ["w", "k"] and not model.graph.sparse_initializer
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.tolist() == [[7, 6, 2], [3, 4, 12]]
+    assert collage_mlir.import_onnx(_sparse_model()).operation.verify()
+
+
+LOCAL_FUNCTIONS = """<ir_version: 9, opset_import: ["" : 17, "local" : 1]>
+g (float[2,3] x) => (float[2,3] z) {
+   y = local.LR (x)
+   z = local.Twice <beta: float = 0.1> (y)
+}
+<domain: "local", opset_import: ["" : 17, "local" : 1]>
+LR <beta: float = 0.7> (x) => (o) {
+   o = LeakyRelu <alpha: float = @beta> (x)
+}
+<domain: "local", opset_import: ["" : 17, "local" : 1]>
+Twice <beta> (x) => (o) {
+   h = local.LR <beta = @beta> (x)
+   o = Add (h, h)
+}"""
+
+
+def _same_on_onnxruntime(model: onnx.ModelProto, respelled: onnx.ModelProto,
+                         x: np.ndarray) -> None:
+    import onnxruntime as ort
+
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})
+    for a, b in zip(run(model), run(respelled), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_local_functions_are_inlined_with_their_default_attributes():
+    """torch's dynamo exporter writes model-local functions: they were refused as ops "from
+    a custom domain". onnx's inliner drops a default (`beta = 0.7` here): alpha 0.01."""
+    from collage_mlir.canonical import respell
+    model = onnx.parser.parse_model(LOCAL_FUNCTIONS)
+    respelled = onnx.ModelProto()
+    respelled.CopyFrom(model)
+    assert respell(respelled) == ["y", "z"] and not respelled.functions
+    assert {n.op_type for n in respelled.graph.node} == {"LeakyRelu", "Add"}
+    x = np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)
+    _same_on_onnxruntime(model, respelled, x)
+    assert collage_mlir.import_onnx(model).operation.verify()
+
+
+def test_unsorted_nodes_and_the_long_default_domain_are_respelled():
+    """onnxruntime runs both; the checker refused the order (its message cut off, no node
+    named) and the schema lookup the domain "ai.onnx" ("unsupported op 'Relu'")."""
+    from collage_mlir.canonical import respell
+    value = oh.make_tensor_value_info
+    nodes = [oh.make_node("Add", ["r", "x"], ["y"], name="add"),
+             oh.make_node("Relu", ["n"], ["r"], name="relu", domain="ai.onnx"),
+             oh.make_node("Neg", ["x"], ["n"], name="neg")]
+    graph = oh.make_graph(nodes, "g", [value("x", onnx.TensorProto.FLOAT, [2, 3])],
+                          [value("y", onnx.TensorProto.FLOAT, [2, 3])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    respelled = onnx.ModelProto()
+    respelled.CopyFrom(model)
+    assert respell(respelled) == ["relu", "neg", "add"]  # respelled, then moved
+    assert [n.name for n in respelled.graph.node] == ["neg", "relu", "add"]
+    _same_on_onnxruntime(model, respelled, np.arange(-3, 3, dtype=np.float32).reshape(2, 3))
+    assert collage_mlir.import_onnx(model).operation.verify()
+
+
+def test_a_minus_one_dim_is_dynamic_and_string_inputs_are_refused():
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Relu", ["a"], ["b"])], "g",
+                          [value("a", onnx.TensorProto.FLOAT, [-1, 3])],
+                          [value("b", onnx.TensorProto.FLOAT, [-1, 3])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(CollageError, match=r"input 'a' \[\?,3\] has a dynamic shape"):
+        collage_mlir.import_onnx(model)
+    module = collage_mlir.import_onnx(model, input_shapes={"a": (2, 3)})
+    assert "!torch.vtensor<[2,3],f32>" in str(module)
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.STRING
+    with pytest.raises(CollageError, match=r"input 'a' holds strings, which no backend"):
+        collage_mlir.import_onnx(model)
