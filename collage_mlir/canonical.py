@@ -35,11 +35,11 @@ def local_functions_inlined(proto: onnx.ModelProto) -> list[str]:
         return []
     local = {(f.domain, f.name): f for f in proto.functions}
     called = [n.name or n.output[0] for n in proto.graph.node if (n.domain, n.op_type) in local]
-    for f in proto.functions:  # onnx 1.23's inliner drops attribute defaults: pass them in
-        for node in [*proto.graph.node, *(n for g in proto.functions for n in g.node)]:
-            if local.get((node.domain, node.op_type)) is f:
-                given = {a.name for a in node.attribute}
-                node.attribute.extend(a for a in f.attribute_proto if a.name not in given)
+    for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
+        f = local.get((node.domain, node.op_type))
+        if f is not None:  # onnx 1.23's inliner drops attribute defaults: pass them in
+            given = {a.name for a in node.attribute}
+            node.attribute.extend(a for a in f.attribute_proto if a.name not in given)
     from onnx import inliner
 
     inlined = inliner.inline_local_functions(proto)
