@@ -74,18 +74,41 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
                 f"{label}: node '{node.name or node.output[0]}' op '{domain}.{node.op_type}' "
                 f"is from a custom domain, which no backend here can run{hint}"
             )
+    _infer_unshaped_outputs(proto)
     weights = {i.name for i in proto.graph.initializer}
     for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
         for v in values:
-            if v.name not in weights and \
-                    v.type.tensor_type.elem_type == onnx.TensorProto.STRING:
+            if v.name in weights or not v.type.HasField("tensor_type"):
+                continue
+            if v.type.tensor_type.elem_type == onnx.TensorProto.STRING:
                 raise CollageError(f"{label}: {kind} '{v.name}' holds strings, which no "
                                    "backend here takes")
+            if _unshaped(v):
+                raise CollageError(f"{label}: {kind} '{v.name}' declares no shape, not even "
+                                   "a rank (ONNX requires one; its dims may be named)")
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
         raise CollageError(f"{label}: malformed model: {first}") from None
+
+
+def _unshaped(value: onnx.ValueInfoProto) -> bool:
+    return value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape")
+
+
+def _infer_unshaped_outputs(proto: onnx.ModelProto) -> None:
+    """Outputs declared with no shape (onnxruntime runs them; ONNX's checker refuses them)
+    take the type shape inference gives them, where it gives one."""
+    if not any(_unshaped(v) for v in proto.graph.output):
+        return
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto).graph.output
+    except Exception:  # left for the checks that follow to name
+        return
+    for value, known in zip(proto.graph.output, inferred, strict=True):
+        if _unshaped(value) and not _unshaped(known):
+            value.type.CopyFrom(known.type)
 
 
 def refuse_subgraphs(proto: onnx.ModelProto, label: str) -> None:

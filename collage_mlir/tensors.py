@@ -63,7 +63,8 @@ class TensorSpec(NamedTuple):
         if any(d < 0 for d in shape):
             raise ValueError(f"dynamic shape {t}: measure needs static shapes")
         if name not in onnx_view.NUMPY_DTYPES:
-            raise ValueError(f"no input rule for element type {name}")
+            raise ValueError(f"element type {name} has no NumPy dtype, so its values "
+                             "cannot be passed in or out")
         return TensorSpec(tuple(shape), onnx_view.NUMPY_DTYPES[name])
 
     @property

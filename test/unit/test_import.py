@@ -354,3 +354,19 @@ def test_a_minus_one_dim_is_dynamic_and_string_inputs_are_refused():
     model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.STRING
     with pytest.raises(CollageError, match=r"input 'a' holds strings, which no backend"):
         collage_mlir.import_onnx(model)
+
+
+def test_an_output_declared_without_a_shape_takes_the_inferred_one():
+    """onnxruntime runs such a model; the checker's message ("Field 'shape' of 'type' is
+    required but missing") named no value. An input without one is refused by name."""
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Add", ["x", "b"], ["y"])], "g",
+                          [value("x", onnx.TensorProto.FLOAT, [2, 3]),
+                           value("b", onnx.TensorProto.FLOAT, [4, 1, 3])],
+                          [value("y", onnx.TensorProto.FLOAT, None)])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    fn = collage_mlir.import_onnx(model).body.operations[0]
+    assert "!torch.vtensor<[4,2,3],f32>" in str(fn.type)
+    model.graph.input[1].type.tensor_type.ClearField("shape")
+    with pytest.raises(CollageError, match=r"input 'b' declares no shape, not even a rank"):
+        collage_mlir.import_onnx(model)
