@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from collage_mlir.errors import CollageError
+from collage_mlir.errors import CollageError, first_line
 
 InputShapes = Mapping[str, Sequence[int]]
 
@@ -279,11 +280,23 @@ def infer_types(proto: onnx.ModelProto, label: str,
         inferred = onnx.shape_inference.infer_shapes(light, check_type=True,
                                                      strict_mode=strict, data_prop=True)
     except Exception as e:
-        first = str(e).strip().splitlines()[0]
-        raise CollageError(f"{label}: shape inference failed: {first}") from None
+        raise CollageError(f"{label}: shape inference failed: {_type_names(first_line(e))}"
+                           ) from None
     g = inferred.graph
     computed = [v for v in g.output if v.name in produced]
     return {v.name: v for v in [*g.input, *g.value_info, *computed]}
+
+
+def _type_names(message: str) -> str:
+    """ONNX's inference message with its element types named: "(1) vs (11)" as
+    "(float) vs (double)"."""
+    def name(m: re.Match) -> str:
+        try:
+            spelled = onnx.helper.tensor_dtype_to_string(int(m[1]))
+        except Exception:  # not a type number after all
+            return m[0]
+        return f"({spelled.removeprefix('TensorProto.').lower()})"
+    return re.sub(r"\((\d+)\)(?= vs |\s*$)", name, message)
 
 
 def _static(value: onnx.ValueInfoProto | None) -> list[int] | None:

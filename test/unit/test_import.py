@@ -370,3 +370,14 @@ def test_an_output_declared_without_a_shape_takes_the_inferred_one():
     model.graph.input[1].type.tensor_type.ClearField("shape")
     with pytest.raises(CollageError, match=r"input 'b' declares no shape, not even a rank"):
         collage_mlir.import_onnx(model)
+
+
+def test_a_declared_type_inference_contradicts_is_named_in_words():
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Exp", ["x"], ["y"])], "g",
+                          [value("x", onnx.TensorProto.FLOAT, [2])],
+                          [value("y", onnx.TensorProto.DOUBLE, [2])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    with pytest.raises(CollageError, match=r"shape inference failed: .*Exp.* \(float\) vs "
+                                           r"\(double\)$"):
+        collage_mlir.import_onnx(model)
