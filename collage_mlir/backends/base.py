@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
+import hashlib
 import os
+import platform
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +75,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+@functools.cache
+def cpu_identity() -> str:
+    """Machine, CPU model and a digest of its feature flags: what code compiled for this
+    host (`-mcpu=host`) is tied to."""
+    model, flags = platform.processor() or "", ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model.strip():
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = value.strip()
+    except OSError:
+        pass
+    flag_digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
+    return f"{platform.machine()}|{model}|flags:{flag_digest}"
+
+
 ALIGNMENT = 64
 """Bytes a kernel-owned buffer is aligned to: IREE imports host memory only at this
 alignment (and copies otherwise), and vector loads like it too."""
@@ -108,6 +131,12 @@ class Backend(abc.ABC):
     @classmethod
     def available(cls) -> bool:
         return cls.unavailable_reason() is None
+
+    @property
+    def artifact_target(self) -> str:
+        """What a saved artifact is tied to besides the backend's version ("" for nothing):
+        a model loaded where this differs compiles such regions again."""
+        return ""
 
     capability_revision: int = 0
     """Raised when `capability` changes its answer for the same backend version, so that

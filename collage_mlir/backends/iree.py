@@ -24,7 +24,14 @@ import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.backends import iree_rewrites
-from collage_mlir.backends.base import ALIGNMENT, Backend, BackendKind, Kernel, usable_cores
+from collage_mlir.backends.base import (
+    ALIGNMENT,
+    Backend,
+    BackendKind,
+    Kernel,
+    cpu_identity,
+    usable_cores,
+)
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
@@ -406,6 +413,12 @@ class IreeBackend(Backend):
 
     def default_flags(self) -> tuple[str, ...]:
         return DEFAULT_FLAGS
+
+    @property
+    def artifact_target(self) -> str:
+        """This CPU, when the code is compiled for the host's (`target-cpu=host`): run on a
+        CPU without its instructions, it would die of an illegal instruction."""
+        return cpu_identity() if "--iree-llvmcpu-target-cpu=host" in self.flags else ""
 
     def capability(self, graph: DataflowGraph) -> int:
         return iree_capability(graph)

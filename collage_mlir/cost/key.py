@@ -28,14 +28,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from collage_mlir.backends.base import usable_cores
+from collage_mlir.backends.base import cpu_identity, usable_cores
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function
 from collage_mlir.export.resources import (
@@ -200,21 +199,7 @@ def signature(fn: ir.Operation) -> str:
 @functools.cache
 def host_fingerprint() -> str:
     """CPU model, a digest of its flags, core count and machine: what timings depend on."""
-    model, flags = platform.processor() or "", ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model.strip():
-                    model = value.strip()
-                elif key in ("flags", "Features") and not flags:
-                    flags = value.strip()
-    except OSError:
-        pass
-    cores = usable_cores()
-    flag_digest = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12]
-    return f"{platform.machine()}|{model}|flags:{flag_digest}|cores:{cores}"
+    return f"{cpu_identity()}|cores:{usable_cores()}"
 
 
 def measurement_key(region: RegionKey | str, backend: str, version: str, options: str,

@@ -369,6 +369,7 @@ class PartitionedModel:
                                         str(out / step.callee))
             entries.append({"name": step.callee, "backend": step.backend,
                             "backend_version": backend.version,
+                            "target": backend.artifact_target,
                             "options": backend.options,
                             "artifacts": [os.path.basename(f) for f in files]})
         manifest = {"format": FORMAT, "entry": self.plan.entry,
@@ -392,14 +393,16 @@ def _saved_kernel(backend: Backend, fn: ir.Operation, stem: str) -> Kernel | Exc
 
 def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kernel:
     """One region's kernel from its saved artifacts (recompiled when the backend's version
-    changed); a damaged artifact is a one-line error naming it."""
+    changed, or the CPU its artifacts were compiled for: `Backend.artifact_target`); a
+    damaged artifact is a one-line error naming it."""
     name = entry["name"]
     if name not in regions:
         raise CollageError(f"{d / 'model.mlir'}: no function {name!r} for the manifest's region")
     stem = str(d / name)
     module_r = region_module(regions[name])
     try:
-        if backend.version == entry["backend_version"] and entry["artifacts"]:
+        if backend.version == entry["backend_version"] and entry["artifacts"] and \
+                _same_target(entry, backend):
             return backend.load_kernel(module_r, stem)
         return backend.compile(module_r)
     except CollageError:
@@ -409,6 +412,12 @@ def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kerne
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise CollageError(f"{d}: region {name} ({backend.name}: {files}) cannot be loaded: "
                            f"{type(e).__name__}: {first}; partition again") from None
+
+
+def _same_target(entry: dict, backend: Backend) -> bool:
+    """Whether region `entry`'s artifacts were made for what `backend` targets here (a
+    manifest without a target, saved before they were recorded, is taken at its word)."""
+    return entry.get("target", backend.artifact_target) == backend.artifact_target
 
 
 def _sha256(path: Path) -> str:
@@ -606,6 +615,10 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
             if backends[name].version != entry["backend_version"]:
                 print(f"collage-mlir: note: {name} {backends[name].version} differs from the "
                       f"saved {entry['backend_version']}; recompiling", flush=True)
+        if not _same_target(entry, backends[name]):
+            print(f"collage-mlir: note: region {entry['name']} was compiled for "
+                  f"{entry['target']}, this machine is {backends[name].artifact_target}; "
+                  "recompiling", flush=True)
         kernels[entry["name"]] = _load_kernel(d, entry, backends[name], regions)
     missing = sorted(set(regions) - set(kernels))
     if missing:
