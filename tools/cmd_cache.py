@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_cache_argument(p)
     p.add_argument("--backend", default=None, metavar="NAME",
                    help="only this backend (list, clear, remeasure; default: every backend)")
+    p.add_argument("--this-host", action="store_true",
+                   help="clear: only this machine's measurements and hand-off prices (a "
+                        "database a team shares holds every machine's; default: all)")
     p.add_argument("--noisy", action="store_true",
                    help="remeasure: the ok entries whose spread or machine load was too high")
     p.add_argument("--max-spread", type=positive_float, default=NOISY_SPREAD,
@@ -59,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_tolerance_arguments(p)
 
 
-_TAKES = {"backend": ("list", "clear", "remeasure"), "noisy": ("remeasure",),
+_TAKES = {"backend": ("list", "clear", "remeasure"), "this_host": ("clear",),
+          "noisy": ("remeasure",),
           "max_spread": ("remeasure",), "max_load": ("remeasure",), "model": ("remeasure",)}
 """Options → the actions they apply to (the other actions refuse them: `clear --noisy`
 cleared every row)."""
@@ -120,9 +124,13 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "import":
             _import(cache, export)
         else:
-            n = cache.clear(args.backend)
+            from collage_mlir.cost.key import host_fingerprint
+
+            n = cache.clear(args.backend, host_fingerprint() if args.this_host else None)
             which = f" of {args.backend}" if args.backend else ""
-            sys.stdout.write(f"cleared {n} measurements{which} from {cache.location}\n")
+            where = f" made on this host ({host_fingerprint()})" if args.this_host else ""
+            sys.stdout.write(f"cleared {n} measurements{which}{where} from "
+                             f"{cache.location}\n")
     return 0
 
 

@@ -106,6 +106,10 @@ CREATE TABLE IF NOT EXISTS claims (
 )""")
 """Portable DDL (SQLite reads DOUBLE PRECISION as REAL; PostgreSQL's REAL is 4 bytes)."""
 
+def _where(conditions: Sequence[str]) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
+
+
 CLAIM_COLUMNS = ("key", "owner", "host", "boot", "pid", "beat")
 CHUNK = 500
 """Keys per `IN (...)` (SQLite bounds the parameters of one statement)."""
@@ -374,19 +378,27 @@ class CacheStore(ABC):
                 "entries": sum(sum(v.values()) for v in per.values()),
                 "transitions": transitions, "bytes": self._size_bytes()}
 
-    def clear(self, backend: str | None = None) -> int:
-        """Delete measurements (of one backend, or all, with all transitions); returns count."""
+    def clear(self, backend: str | None = None, host: str | None = None) -> int:
+        """Delete measurements and hand-off prices (of one backend, or all; of one host, or
+        every host's); returns how many measurements. What a backend can run is no host's
+        own: it goes only when a whole backend, or everything, is cleared on every host."""
+        where, args = [], []
+        if backend is not None:
+            where.append("backend = ?")
+            args.append(backend)
+        if host is not None:
+            where.append("host = ?")
+            args.append(host)
+        pairs = ([] if backend is None else ["(src = ? OR dst = ?)"]) + \
+            ([] if host is None else ["host = ?"])
+        pair_args = ([] if backend is None else [backend, backend]) + \
+            ([] if host is None else [host])
         with self._write():
-            if backend is None:
-                n = self._run("DELETE FROM measurements")
-                self._run("DELETE FROM transitions")
-                self._run("DELETE FROM capabilities")
-            else:
-                n = self._run("DELETE FROM measurements WHERE backend = ?", (backend,))
-                self._run("DELETE FROM transitions WHERE src = ? OR dst = ?",
-                          (backend, backend))
-                self._run("DELETE FROM capabilities WHERE backend = ?", (backend,))
-        if backend is None:
+            n = self._run("DELETE FROM measurements" + _where(where), args)
+            self._run("DELETE FROM transitions" + _where(pairs), pair_args)
+            if host is None:
+                self._run("DELETE FROM capabilities" + _where(where), args)
+        if backend is None and host is None:
             self._after_clear()
         return n
 

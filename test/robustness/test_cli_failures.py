@@ -89,6 +89,20 @@ def test_cache_commands_refuse_a_misspelled_backend_and_mark_nothing_first(work)
                            cache), "--backend onnxrutime", "it holds: onnxruntime")
     r = cli("cache", "clear", "--backend", "openvino", "--cache", cache)  # installed, no rows
     assert r.returncode == 0 and "cleared 0" in r.stdout
+    one_line_error(cli("cache", "list", "--this-host", "--cache", cache),
+                   "cache list takes no --this-host")
+    shared = str(work / "shared.sqlite")  # a team's: this host's rows and another's
+    shutil.copy(cache, shared)
+    with sqlite3.connect(shared) as conn:
+        before = conn.execute("SELECT count(*) FROM measurements").fetchone()[0]
+        conn.execute("UPDATE measurements SET host = 'another machine' WHERE rowid % 2 = 0")
+        theirs = conn.execute("SELECT count(*) FROM measurements WHERE host = "
+                              "'another machine'").fetchone()[0]
+    r = cli("cache", "clear", "--this-host", "--cache", shared)
+    assert r.returncode == 0 and f"cleared {before - theirs} measurements made on this host" \
+        in r.stdout
+    with sqlite3.connect(shared) as conn:
+        assert conn.execute("SELECT count(*) FROM measurements").fetchone()[0] == theirs > 0
     one_line_error(cli("cache", "remeasure", "--noisy", "--max-spread", "0.001", "--model",
                        str(work / "missing.onnx"), "--cache", cache), "missing.onnx")
     with sqlite3.connect(cache) as conn:

@@ -298,6 +298,22 @@ def test_replace_keeps_one_row_and_clear_one_backend(location):
         assert (c.get_capability("cb"), c.get_capability("ck")) == (None, 0b11)
 
 
+def test_clear_one_host_keeps_the_other_hosts_rows_and_every_capability(location):
+    """A database a team shares holds every machine's rows: `cache clear --this-host`
+    clears one machine's, of one backend or all."""
+    from dataclasses import replace
+    with open_cache(location) as c:
+        c.put_many([_row("mine"), _row("mine_keep", backend="keep"),
+                    replace(_row("theirs"), host="other")])
+        c.put_transition(Transition("t", "b", "keep", "h", OK, 1e-5, 2e-10, []))
+        c.put_transition(Transition("u", "b", "keep", "other", OK, 1e-5, 2e-10, []))
+        c.put_capability("cb", "b", 0b101)
+        assert c.clear("b", host="h") == 1
+        assert c.get("mine") is None and c.get("mine_keep") and c.get("theirs")
+        assert [t.key for t in c.transitions()] == ["u"]
+        assert c.clear(host="h") == 1 and c.get("theirs") and c.get_capability("cb") == 0b101
+
+
 def test_many_keys_in_one_call(location):
     """More keys than one statement binds (SQLite: 500 per chunk)."""
     rows = [_row(f"k{i:04d}", median=float(i)) for i in range(1203)]
