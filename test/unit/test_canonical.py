@@ -46,7 +46,7 @@ def test_a_whole_input_window_becomes_the_mean_with_the_same_values(opset: int) 
 
 @pytest.mark.parametrize("pool", [
     "kernel_shape=[16,16], strides=[16,16], ceil_mode=1, pads=[1,1,1,1]",  # padding counts
-    "kernel_shape=[7,7], dilations=[2,2], ceil_mode=1",  # a dilated window skips elements
+    "kernel_shape=[4,4], dilations=[2,2], ceil_mode=1",  # a dilated window skips elements
     "kernel_shape=[4,4], strides=[4,4], ceil_mode=1",  # two windows a side
 ])
 def test_other_pools_stay(pool: str) -> None:
