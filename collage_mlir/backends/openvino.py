@@ -25,7 +25,14 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends.base import Backend, BackendKind, Kernel, aligned_empty, usable_cores
+from collage_mlir.backends.base import (
+    Backend,
+    BackendKind,
+    Kernel,
+    aligned_empty,
+    cpu_identity,
+    usable_cores,
+)
 from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
@@ -315,6 +322,13 @@ class OpenVinoBackend(Backend):
 
     def capability(self, graph: DataflowGraph) -> int:
         return self._capability(graph) & ~_miscomputed_nodes(graph)
+
+    @property
+    def artifact_target(self) -> str:
+        """This CPU: the CPU plugin's blob holds the graph as it compiled it here (kernels
+        and weight layouts chosen for this CPU's instructions), so another CPU compiles
+        again rather than trust it."""
+        return cpu_identity()
 
     def refusal(self, graph: DataflowGraph, node: int) -> str:
         return _miscomputed(graph.nodes[node]) or super().refusal(graph, node)

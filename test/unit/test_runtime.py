@@ -91,27 +91,29 @@ def test_save_and_load_round_trip(backends, tmp_path):
         np.testing.assert_allclose(a, e, rtol=1e-6)
 
 
-@pytest.mark.skipif("iree" not in available_backends(), reason="iree unavailable")
-def test_iree_regions_saved_for_another_cpu_are_compiled_again(tmp_path, monkeypatch, capsys):
-    """IREE compiles for the host's CPU: its saved code, loaded on a CPU without the same
-    instructions, would die of an illegal instruction. Loaded where the CPU differs, the
-    region is compiled again (and said so); where it is the same, its artifact is loaded."""
-    from collage_mlir.backends.iree import IreeBackend
+@pytest.mark.parametrize("name", MIXED)
+def test_regions_saved_for_another_cpu_are_compiled_again(name, tmp_path, monkeypatch, capsys):
+    """IREE compiles for the host's CPU, and OpenVINO's blob keeps what it chose for it: on
+    a CPU without the same instructions IREE's code would die of an illegal instruction.
+    Loaded where the CPU differs, the region is compiled again (and said so); where it is
+    the same, its artifact is loaded."""
+    from collage_mlir.backends.registry import registered_backends
 
-    model = partitioned(stamped("onnxruntime", "iree"))
+    cls = registered_backends()[name]
+    model = partitioned(stamped("onnxruntime", name))
     model.save(tmp_path / "out")
     loaded_from: list[str] = []
-    real = IreeBackend.load_kernel
-    monkeypatch.setattr(IreeBackend, "load_kernel", lambda self, m, stem: (
+    real = cls.load_kernel
+    monkeypatch.setattr(cls, "load_kernel", lambda self, m, stem: (
         loaded_from.append(stem), real(self, m, stem))[1])
     x, y = np.ones((2, 4), np.float32), np.full((2, 4), 2, np.float32)
     load(tmp_path / "out")
     assert len(loaded_from) == 1 and "recompiling" not in capsys.readouterr().out
-    monkeypatch.setattr(IreeBackend, "artifact_target", property(lambda self: "another CPU"))
+    monkeypatch.setattr(cls, "artifact_target", property(lambda self: "another CPU"))
     again = load(tmp_path / "out")
     assert len(loaded_from) == 1
     out = capsys.readouterr().out
-    assert "region f_iree_2 was compiled for" in out and "another CPU; recompiling" in out
+    assert f"region f_{name}_2 was compiled for" in out and "another CPU; recompiling" in out
     for a, e in zip(again.run([x, y]), expected(x, y), strict=True):
         np.testing.assert_allclose(a, e, rtol=1e-6)
 
