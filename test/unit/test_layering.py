@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"errors", "paths", "progress", "context", "scratch"},
     {"dialects"},
     {"graph"},
-    {"candidate", "tensors", "static_shapes", "canonical", "export", "weights"},
+    {"candidate", "tensors", "static_shapes", "canonical", "legacy", "export", "weights"},
     {"importer"},
     {"rules"},
     {"backends"},
