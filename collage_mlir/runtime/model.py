@@ -416,8 +416,8 @@ def _load_kernel(d: Path, entry: dict, backend: Backend, regions: dict) -> Kerne
 
 def _same_target(entry: dict, backend: Backend) -> bool:
     """Whether region `entry`'s artifacts were made for what `backend` targets here (a
-    manifest without a target, saved before they were recorded, is taken at its word)."""
-    return entry.get("target", backend.artifact_target) == backend.artifact_target
+    region saved with none, or before targets were recorded, is taken at its word)."""
+    return entry.get("target") in ("", None, backend.artifact_target)
 
 
 def _sha256(path: Path) -> str:
@@ -441,8 +441,15 @@ def check_save_target(directory: str | os.PathLike) -> Path:
     if final == Path.cwd().resolve() or final in Path.cwd().resolve().parents:
         raise CollageError(f"{given}: is the current directory or holds it (saving "
                            "replaces the directory): give a new directory")
+    held = saved_model_holding(final)
+    if held is not None:
+        raise CollageError(f"{given}: inside the saved model {str(held)!r} (writing there "
+                           "breaks its checksums): save elsewhere")
     if final.is_dir():
         foreign = _foreign_files(final)
+        if foreign:  # another save may be swapping the folder this instant: look again
+            time.sleep(0.1)
+            foreign = _foreign_files(final) if final.is_dir() else []
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
             raise CollageError(f"{given}: holds files that are not a saved model ({shown}); "
@@ -498,15 +505,29 @@ def _manifest_of(d: Path) -> dict | None:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
-def _replace_dir(staged: Path, out: Path) -> None:
-    """Put the finished `staged` directory at `out`, replacing what was there."""
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        staged.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        staged.rename(out)
+def _replace_dir(staged: Path, out: Path, tries: int = 20) -> None:
+    """Put the finished `staged` directory at `out`, replacing what was there. Saves racing
+    to one folder each move the other's away in turn: the last to finish stays."""
+    for _ in range(tries):
+        old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            out.rename(old)
+        except FileNotFoundError:  # nothing there, or another save just moved it
+            old = None
+        try:
+            staged.rename(out)
+        except OSError:
+            if not out.exists():  # not a race: put back what was there
+                if old is not None:
+                    old.rename(out)
+                raise
+            if old is not None:  # another save put its folder there between the moves
+                shutil.rmtree(old, ignore_errors=True)
+            continue
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return
+    raise CollageError(f"{out}: other saves kept replacing it; save again")
 
 
 MANIFEST_DIGEST = "manifest_sha256"
@@ -611,7 +632,10 @@ def _assemble(d: Path, manifest: dict, module: ir.Module) -> PartitionedModel:
     for entry in manifest["regions"]:
         name = entry["backend"]
         if name not in backends:
-            backends[name] = get_backend(name, **entry.get("options", {}))
+            try:
+                backends[name] = get_backend(name, **entry.get("options", {}))
+            except CollageError as e:
+                raise CollageError(f"{d / 'manifest.json'}: {e}") from None
             if backends[name].version != entry["backend_version"]:
                 print(f"collage-mlir: note: {name} {backends[name].version} differs from the "
                       f"saved {entry['backend_version']}; recompiling", flush=True)

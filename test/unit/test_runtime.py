@@ -215,6 +215,66 @@ def test_a_manifest_without_an_artifacts_checksum_is_refused(model, tmp_path):
             load(out)  # ... even re-signed: refused, not run
 
 
+def test_a_manifest_naming_an_unknown_backend_names_the_manifest(model, tmp_path):
+    import json
+
+    from collage_mlir.runtime.model import MANIFEST_DIGEST, _manifest_digest
+
+    out = model.save(tmp_path / "out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["regions"][0]["backend"] = "tvm"
+    manifest[MANIFEST_DIGEST] = _manifest_digest(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(collage_mlir.CollageError,
+                       match=r"out/manifest.json: unknown backend 'tvm' \(known: "):
+        load(out)
+
+
+def test_a_save_inside_a_saved_model_is_refused(model, tmp_path):
+    """`save` into a folder of a saved model was written (breaking its checksums, and the
+    model could no longer be saved over); --save-outputs, --json and explain refused it."""
+    out = model.save(tmp_path / "out")
+    with pytest.raises(collage_mlir.CollageError, match=r"inner: inside the saved model "):
+        model.save(out / "inner")
+    assert not (out / "inner").exists()
+    load(out)
+
+
+def test_saves_racing_to_one_folder_all_succeed_and_the_last_stays(model, tmp_path):
+    """Each save moves the folder there away and its own in: two at once raised a bare
+    FileNotFoundError when one moved the folder the other was about to move."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def save_many() -> None:
+        for _ in range(15):
+            try:
+                model.save(tmp_path / "m")
+            except BaseException as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(e)
+    threads = [threading.Thread(target=save_many) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no moved-away folder left
+    load(tmp_path / "m")
+
+
+def test_a_region_saved_with_no_target_is_taken_at_its_word():
+    from collage_mlir.backends.openvino import OpenVinoBackend
+    from collage_mlir.runtime.model import _same_target
+
+    if "openvino" not in available_backends():
+        pytest.skip("openvino unavailable")
+    backend = OpenVinoBackend()
+    assert _same_target({}, backend) and _same_target({"target": ""}, backend)
+    assert _same_target({"target": backend.artifact_target}, backend)
+    assert not _same_target({"target": "another CPU"}, backend)
+
+
 def test_a_flipped_byte_in_a_manifest_string_is_refused(model, tmp_path):
     out = model.save(tmp_path / "out")
     text = (out / "manifest.json").read_text()
