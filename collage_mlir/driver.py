@@ -13,6 +13,7 @@ import numbers
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -692,9 +693,20 @@ def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
         timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - t0
 
 
-def sweep_abandoned() -> None:
-    """Remove the temporary folders that killed runs left (`scratch.sweep`), saying so on
-    stderr: a run killed for memory leaves the model's weights behind."""
+def ready_scratch() -> None:
+    """Before a run compiles anything: refuse a TMPDIR where no folder can be made (Python
+    falls back to /tmp, iree-compile, its own process, does not: every region it compiled
+    failed, counted and cached as one IREE cannot run), and remove the temporary folders
+    that killed runs left (`scratch.sweep`), saying so on stderr (a run killed for memory
+    leaves the model's weights behind)."""
+    given = os.environ.get("TMPDIR")
+    if given:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix="collage-probe-", dir=given))
+        except OSError as e:
+            raise CollageError(f"TMPDIR={given}: no folder can be made there "
+                               f"({e.strerror}); point TMPDIR at a writable folder or "
+                               "unset it") from None
     swept, size = sweep()
     if swept:
         print(f"collage: removed {swept} temporary folder(s) that killed runs left "
@@ -706,7 +718,7 @@ def partition(model: ModelInput, options: PartitionOptions = PartitionOptions(),
     """Every phase in order. A given `estimator` stays open (its owner closes it); by
     default the end-to-end check runs only when costs are measured here."""
     timings: dict[str, float] = {}
-    sweep_abandoned()
+    ready_scratch()
     with ExitStack() as stack:
         with _timed(timings, "import"):
             module = load(model, options.input_shapes, options.inputs)

@@ -104,14 +104,14 @@ def run(args: argparse.Namespace) -> int:
     from collage_mlir.backends.registry import available_backends
     from collage_mlir.candidate import CandidatePartition
     from collage_mlir.cost.measure import MeasuringEstimator
-    from collage_mlir.driver import measure_settings, sweep_abandoned
+    from collage_mlir.driver import measure_settings, ready_scratch
     from collage_mlir.graph import DataflowGraph, SubGraph
     from collage_mlir.progress import ProgressBar
 
     targets = backend_names(args) or available_backends()
     if not targets:
         raise CollageError("no backend is installed and usable here")
-    sweep_abandoned()
+    ready_scratch()
     reference = None if args.reference.lower() == "none" else args.reference
     started = time.perf_counter()
     est = MeasuringEstimator(targets, cache_path=args.cache, timeout_s=args.timeout,

@@ -451,3 +451,16 @@ def test_the_bench_tools_the_readme_names_answer_a_mistake_in_one_line(argv, say
                        text=True, timeout=300)
     assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
     assert says in r.stderr.strip().splitlines()[-1]
+
+
+def test_a_tmpdir_where_nothing_can_be_made_is_refused_before_measuring(work, monkeypatch
+                                                                         ) -> None:
+    """Python falls back to /tmp; iree-compile did not, and every IREE region failed,
+    cached as one IREE cannot run (later runs with a good TMPDIR still left IREE out)."""
+    cache = work / "tmpdir.sqlite"
+    monkeypatch.setenv("TMPDIR", str(work / "no such folder"))
+    for argv in (("partition", str(work / "m.onnx"), "-o", str(work / "never")),
+                 ("measure", str(work / "m.onnx"))):
+        one_line_error(cli(*argv, "--backends", "onnxruntime", "--cache", str(cache)),
+                       "TMPDIR=", "no such folder: no folder can be made there")
+    assert not cache.exists() and not (work / "never").exists()
