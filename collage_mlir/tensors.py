@@ -472,6 +472,8 @@ def _exact_cast(a: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
     if a.dtype.kind not in "biufc":
         raise CollageError(f"input '{name}' holds {a.dtype} values, not numbers numpy can "
                            f"hold (an integer past 64 bits?); the model takes {dtype}")
+    if a.dtype.kind == "c" and dtype.kind != "c":
+        raise CollageError(f"input '{name}' is {a.dtype} (complex); the model takes {dtype}")
     if a.dtype.kind in "biu" and dtype.kind in "iu" and a.size:
         # a wrapped integer survives the round trip below (uint32 4294967289 → int32 -7 →
         # back): integers are checked against the target's range instead

@@ -131,6 +131,7 @@ def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
 
 
 def _load_npz(path: str) -> dict[str, np.ndarray]:
+    _require_numpy_file(path)
     try:
         loaded = np.load(user_path(path))
         if isinstance(loaded, np.ndarray):
@@ -142,7 +143,21 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
         raise CollageError(f"{path}: cannot read .npz inputs: {one_line(e)}") from None
 
 
+def _require_numpy_file(path: str) -> None:
+    """A one-line refusal of a file that is neither .npy nor .npz (np.load would read it as
+    a pickle, and say to allow pickles)."""
+    try:
+        with open(user_path(path), "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return  # np.load says why
+    if head and head != b"\x93NUMPY" and not head.startswith(b"PK"):
+        raise CollageError(f"{path}: not a NumPy file (.npy or .npz, as np.save and "
+                           "np.savez write them)")
+
+
 def _load_npy(path: str) -> np.ndarray:
+    _require_numpy_file(path)
     try:
         value = np.load(user_path(path))
     except (OSError, ValueError) as e:

@@ -391,15 +391,18 @@ def test_outputs_are_not_saved_into_a_saved_model_and_a_failed_save_is_one_line(
     ({"x.npz": "npy"}, ["x.npz"], "holds one array (.npy), not an .npz archive"),
     ({"x.npz": b"PK\x03\x04garbage"}, ["x.npz"], "cannot read .npz inputs: BadZipFile"),
     ({"a.npy": "npy", "b.npy": "npy"}, ["x=a.npy", "x=b.npy"], "'x' given more than once"),
+    ({"m.json": b'{"not": "numpy"}'}, ["m.json"], "m.json: not a NumPy file (.npy or .npz"),
+    ({"x.npy": "complex"}, ["x.npy"], "input 'x' is complex64 (complex); the model takes "
+                                      "float32"),
 ])
 def test_inputs_a_run_cannot_read_are_named(work, tmp_path, files, args, says) -> None:
     """A .npy named .npz and a damaged .npz ended in internal errors; an input named
-    twice silently took the last file."""
+    twice silently took the last file; a JSON file was "pickled data" to allow."""
     x = np.zeros((1, 3, 8, 8), np.float32)
     for name, content in files.items():
-        if content == "npy":
+        if content in ("npy", "complex"):  # a complex one warned and ran, rc 0
             with open(tmp_path / name, "wb") as f:
-                np.save(f, x)
+                np.save(f, x if content == "npy" else x + 0j)
         else:
             (tmp_path / name).write_bytes(content)
     one_line_error(cli("run", str(work / "out"), "--inputs", *args, cwd=tmp_path), says)
