@@ -34,7 +34,7 @@ def local_functions_inlined(proto: onnx.ModelProto) -> list[str]:
     if not proto.functions:
         return []
     local = {(f.domain, f.name): f for f in proto.functions}
-    called = [n.name or n.output[0] for n in proto.graph.node if (n.domain, n.op_type) in local]
+    called = [_label(n) for n in proto.graph.node if (n.domain, n.op_type) in local]
     for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
         f = local.get((node.domain, node.op_type))
         if f is not None:  # onnx 1.23's inliner drops attribute defaults: pass them in
@@ -42,12 +42,13 @@ def local_functions_inlined(proto: onnx.ModelProto) -> list[str]:
             node.attribute.extend(a for a in f.attribute_proto if a.name not in given)
     from onnx import inliner
 
-    try:
-        inlined = inliner.inline_local_functions(proto)
+    try:  # convert_version: a function written at another opset than the model's
+        inlined = inliner.inline_local_functions(proto, convert_version=True)
     except Exception:  # a malformed function: its calls stay, for the checks to name
         return []
     proto.CopyFrom(inlined)
-    del proto.functions[:]
+    if not any((n.domain, n.op_type) in local for n in proto.graph.node):
+        del proto.functions[:]
     return called
 
 
@@ -58,7 +59,7 @@ def default_domain_spelled_out(graph: onnx.GraphProto) -> list[str]:
     for node in graph.node:
         if node.domain == "ai.onnx":
             node.domain = ""
-            fixed.append(node.name or node.output[0])
+            fixed.append(_label(node))
     return fixed
 
 
@@ -88,8 +89,7 @@ def sorted_nodes(graph: onnx.GraphProto) -> list[str]:
     if len(order) < len(needs):
         return []
     nodes = [graph.node[k] for k in order]
-    moved = [n.name or n.output[0] for pos, (k, n) in enumerate(zip(order, nodes, strict=True))
-             if pos != k]
+    moved = [_label(n) for pos, (k, n) in enumerate(zip(order, nodes, strict=True)) if pos != k]
     del graph.node[:]
     graph.node.extend(nodes)
     return moved
@@ -98,32 +98,51 @@ def sorted_nodes(graph: onnx.GraphProto) -> list[str]:
 def dense_sparse_tensors(graph: onnx.GraphProto) -> list[str]:
     """Sparse initializers and Constants holding a `sparse_value` become their dense
     tensors (what every backend reads; folding could not evaluate them)."""
-    fixed = [t.values.name for t in graph.sparse_initializer]
-    graph.initializer.extend(numpy_helper.from_array(_dense(t), t.values.name)
-                             for t in graph.sparse_initializer)
+    fixed = []
+    kept = []
+    for t in graph.sparse_initializer:
+        dense = _dense(t)
+        if dense is None:
+            kept.append(t)
+        else:
+            graph.initializer.append(numpy_helper.from_array(dense, t.values.name))
+            fixed.append(t.values.name)
     del graph.sparse_initializer[:]
+    graph.sparse_initializer.extend(kept)
     for node in graph.node:
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
             continue
         sparse = next((a for a in node.attribute if a.name == "sparse_value"), None)
-        if sparse is not None:
+        dense = None if sparse is None else _dense(sparse.sparse_tensor)
+        if dense is not None:
             node.attribute.remove(sparse)
-            node.attribute.append(helper.make_attribute(
-                "value", numpy_helper.from_array(_dense(sparse.sparse_tensor))))
-            fixed.append(node.name or node.output[0])
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(dense)))
+            fixed.append(_label(node))
     return fixed
 
 
-def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray | None:
     """The dense array of `sparse`: its values at its indices (flat, or one row of
-    coordinates per value), zero elsewhere."""
-    values = numpy_helper.to_array(sparse.values)
-    out = np.zeros(tuple(sparse.dims), values.dtype)
-    if values.size:
-        indices = numpy_helper.to_array(sparse.indices)
-        flat = indices if indices.ndim == 1 else np.ravel_multi_index(indices.T, out.shape)
-        out.reshape(-1)[flat] = values
+    coordinates per value), zero elsewhere; None when its indices do not fit its values
+    and shape (left for the checker to name)."""
+    try:
+        values = numpy_helper.to_array(sparse.values)
+        out = np.zeros(tuple(sparse.dims), values.dtype)
+        if values.size:
+            indices = numpy_helper.to_array(sparse.indices)
+            flat = indices if indices.ndim == 1 else np.ravel_multi_index(indices.T,
+                                                                          out.shape)
+            if flat.shape != (values.size,) or flat.min() < 0 or flat.max() >= out.size:
+                return None
+            out.reshape(-1)[flat] = values.reshape(-1)
+    except (ValueError, IndexError, TypeError):
+        return None
     return out
+
+
+def _label(node: onnx.NodeProto) -> str:
+    """How messages name `node`: its name, else its first output's, else its op type."""
+    return node.name or next((o for o in node.output if o), node.op_type)
 
 
 def negative_transpose_perms(graph: onnx.GraphProto) -> list[str]:
@@ -143,7 +162,7 @@ def negative_transpose_perms(graph: onnx.GraphProto) -> list[str]:
             continue
         rank = len(perm.ints)
         perm.ints[:] = [p + rank if p < 0 else p for p in perm.ints]
-        fixed.append(node.name or node.output[0])
+        fixed.append(_label(node))
     return fixed
 
 

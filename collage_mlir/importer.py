@@ -148,11 +148,11 @@ def name_unnamed_nodes(proto: onnx.ModelProto) -> None:
 def upgrade_opset(proto: onnx.ModelProto, target: int, label: str = "<model>"
                   ) -> onnx.ModelProto:
     """`proto` converted to opset `target` when it is older (the ops whose meaning onnx's
-    converter changes kept as they were: `legacy`); as written, less those rewrites, when
-    the converter fails."""
+    converter changes kept as they were: `legacy`, which rewrites `proto` in place first);
+    as written, less those rewrites, when the converter fails."""
     if default_opset(proto) >= target:
         return proto
-    resizes = before_upgrade(proto)
+    resizes = before_upgrade(proto, label)
     try:
         from onnx import version_converter
 

@@ -32,12 +32,12 @@ def default_opset(proto: onnx.ModelProto) -> int:
                default=0)
 
 
-def before_upgrade(proto: onnx.ModelProto) -> dict[str, str]:
+def before_upgrade(proto: onnx.ModelProto, label: str) -> dict[str, str]:
     """Rewrite the ops the converter would change and cannot be told about (Hardmax), in
     place; returns the old resizes to fix after it: output name → node name."""
     opset = default_opset(proto)
     if opset < FLAT_HARDMAX:
-        _flatten_hardmaxes(proto)
+        _flatten_hardmaxes(proto, opset, label)
     return {n.output[0]: n.name or n.output[0] for n in proto.graph.node
             if n.domain in ("", "ai.onnx") and opset < OLD_RESIZES.get(n.op_type, 0)}
 
@@ -75,25 +75,32 @@ def _old_nearest(node: onnx.NodeProto, constants: dict[str, np.ndarray], label: 
     return "ceil" if down else "floor"
 
 
-def _flatten_hardmaxes(proto: onnx.ModelProto) -> None:
-    """Each Hardmax as Flatten(axis) → Hardmax(axis=1) → Reshape to the input's shape."""
+def _flatten_hardmaxes(proto: onnx.ModelProto, opset: int, label: str) -> None:
+    """Each Hardmax as Flatten(axis) → Hardmax(axis=1) → Reshape to the input's shape (a
+    Reshape that takes its shape as an input: opset 5 on)."""
     graph = proto.graph
     taken = _value_names(proto)
+    names = {n.name for n in graph.node if n.name}
     nodes: list[onnx.NodeProto] = []
     for node in graph.node:
         if node.op_type != "Hardmax" or node.domain not in ("", "ai.onnx"):
             nodes.append(node)
             continue
+        name = node.name or _fresh(node.output[0], names)
+        if opset < 5:
+            raise CollageError(f"{label}: node '{name}' (Hardmax, opset {opset}) would "
+                               "change its meaning when upgraded; export the model at "
+                               "opset 5 or later")
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
-        name = node.name or node.output[0]
         flat, hard, shape = (_fresh(f"{node.output[0]}_{s}", taken)
                              for s in ("flat", "hardmax", "shape"))
         nodes += [helper.make_node("Flatten", [node.input[0]], [flat], axis=axis,
-                                   name=f"{name}/flatten"),
+                                   name=_fresh(f"{name}/flatten", names)),
                   helper.make_node("Hardmax", [flat], [hard], axis=1, name=name),
-                  helper.make_node("Shape", [node.input[0]], [shape], name=f"{name}/shape"),
+                  helper.make_node("Shape", [node.input[0]], [shape],
+                                   name=_fresh(f"{name}/shape", names)),
                   helper.make_node("Reshape", [hard, shape], [node.output[0]],
-                                   name=f"{name}/reshape")]
+                                   name=_fresh(f"{name}/reshape", names))]
     del graph.node[:]
     graph.node.extend(nodes)
 

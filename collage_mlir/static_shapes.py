@@ -296,6 +296,8 @@ def _type_names(message: str) -> str:
         except Exception:  # not a type number after all
             return m[0]
         return f"({spelled.removeprefix('TensorProto.').lower()})"
+    if "elem type" not in message:  # "(3) vs (4)" may be dims
+        return message
     return re.sub(r"\((\d+)\)(?= vs |\s*$)", name, message)
 
 

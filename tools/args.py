@@ -151,7 +151,9 @@ def _require_numpy_file(path: str) -> None:
             head = f.read(6)
     except OSError:
         return  # np.load says why
-    if head and head != b"\x93NUMPY" and not head.startswith(b"PK"):
+    if not head:
+        raise CollageError(f"{path}: is empty, not a NumPy file")
+    if head != b"\x93NUMPY" and not head.startswith(b"PK"):
         raise CollageError(f"{path}: not a NumPy file (.npy or .npz, as np.save and "
                            "np.savez write them)")
 

@@ -416,9 +416,11 @@ class IreeBackend(Backend):
 
     @property
     def artifact_target(self) -> str:
-        """This CPU, when the code is compiled for the host's (`target-cpu=host`): run on a
-        CPU without its instructions, it would die of an illegal instruction."""
-        return cpu_identity() if "--iree-llvmcpu-target-cpu=host" in self.flags else ""
+        """This CPU, when the code is compiled for a CPU (`target-cpu=host` by default, or
+        named, or its features): run on a CPU without its instructions, it would die of an
+        illegal instruction."""
+        tied = any(f.startswith("--iree-llvmcpu-target-cpu") for f in self.flags)
+        return cpu_identity() if tied else ""
 
     def capability(self, graph: DataflowGraph) -> int:
         return iree_capability(graph)

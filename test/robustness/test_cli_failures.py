@@ -392,6 +392,7 @@ def test_outputs_are_not_saved_into_a_saved_model_and_a_failed_save_is_one_line(
     ({"x.npz": b"PK\x03\x04garbage"}, ["x.npz"], "cannot read .npz inputs: BadZipFile"),
     ({"a.npy": "npy", "b.npy": "npy"}, ["x=a.npy", "x=b.npy"], "'x' given more than once"),
     ({"m.json": b'{"not": "numpy"}'}, ["m.json"], "m.json: not a NumPy file (.npy or .npz"),
+    ({"e.npy": b""}, ["e.npy"], "e.npy: is empty, not a NumPy file"),
     ({"x.npy": "complex"}, ["x.npy"], "input 'x' is complex64 (complex); the model takes "
                                       "float32"),
 ])

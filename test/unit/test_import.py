@@ -381,3 +381,42 @@ def test_a_declared_type_inference_contradicts_is_named_in_words():
     with pytest.raises(CollageError, match=r"shape inference failed: .*Exp.* \(float\) vs "
                                            r"\(double\)$"):
         collage_mlir.import_onnx(model)
+
+
+def test_malformed_respellings_are_left_for_the_checker_to_name():
+    """Densifying a sparse tensor whose indices fall outside it, and sorting an unnamed
+    node with no output, ended in internal errors once they ran before the checker."""
+    from onnx import numpy_helper
+    model = _sparse_model()
+    model.graph.sparse_initializer[0].indices.CopyFrom(
+        numpy_helper.from_array(np.array([0, 9], np.int64), "w_idx"))
+    with pytest.raises(CollageError, match=r"malformed model: Sparse tensor .* out of range"):
+        collage_mlir.import_onnx(model)
+    value = oh.make_tensor_value_info
+    graph = oh.make_graph([oh.make_node("Relu", ["y"], []), oh.make_node("Neg", ["x"], ["y"])],
+                          "g", [value("x", onnx.TensorProto.FLOAT, [2])],
+                          [value("y", onnx.TensorProto.FLOAT, [2])])
+    with pytest.raises(CollageError, match=r"malformed model: .*output size 0"):
+        collage_mlir.import_onnx(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+
+
+def test_a_dims_clash_keeps_its_numbers():
+    """Only element types are named: "(3) vs (4)" in a dims clash had become type names."""
+    from collage_mlir.static_shapes import _type_names
+    dims = "differ in dimension 0: (3) vs (4)"
+    assert _type_names(dims) == dims
+    assert _type_names("elem type differs: (1) vs (11)").endswith("(float) vs (double)")
+
+
+def test_a_local_function_written_at_another_opset_is_inlined():
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 12, "C" : 1]>
+g (float[2,3] x) => (float[2,3] y) {
+   y = C.sm (x)
+}
+<domain: "C", opset_import: ["" : 13]>
+sm (x) => (o) {
+   o = Softmax <axis: int = 1> (x)
+}""")
+    from collage_mlir.canonical import respell
+    respell(model)
+    assert [n.op_type for n in model.graph.node] == ["Softmax"] and not model.functions

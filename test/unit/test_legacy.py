@@ -85,3 +85,21 @@ def test_an_old_nearest_resize_scaling_both_ways_is_refused_by_name():
     with pytest.raises(CollageError, match=r"node 'r' \(opset-10 nearest Resize or Upsample\) "
                                            r"scales one axis up and another down"):
         collage_mlir.import_onnx(model)
+
+
+def test_the_hardmax_rewrite_names_no_node_twice_and_refuses_opset_4_by_name():
+    def model(opset: int) -> onnx.ModelProto:
+        value = oh.make_tensor_value_info
+        nodes = [oh.make_node("Relu", ["x"], ["r"], name="y"),
+                 oh.make_node("Hardmax", ["r"], ["y"]),  # unnamed: named by its output
+                 oh.make_node("Neg", ["y"], ["z"], name="y/flatten")]
+        graph = oh.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [value("z", TensorProto.FLOAT, [2, 3, 4])])
+        made = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+        made.ir_version = 7
+        return made
+
+    names = [n.name for n in upgrade_opset(model(12), MIN_OPSET).graph.node]
+    assert len(names) == len(set(names)) == 6
+    with pytest.raises(CollageError, match=r"node 'y_' \(Hardmax, opset 4\) would change"):
+        collage_mlir.import_onnx(model(4))
