@@ -34,7 +34,6 @@ from collage_mlir.cost.base import CostEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.cost.remote import RemoteExecutor
 from collage_mlir.dialects import collage
-from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import function_name, io_names, public_functions, result_count
 from collage_mlir.errors import CollageError
 from collage_mlir.export.resources import forget_store, weight_store
@@ -66,7 +65,13 @@ from collage_mlir.search.islands import (
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
-from collage_mlir.search.search import STATE_LIMIT_NOTE, Uncovered, search
+from collage_mlir.search.search import (
+    STATE_LIMIT_NOTE,
+    Uncovered,
+    cannot_run,
+    first_uncovered,
+    search,
+)
 from collage_mlir.static_shapes import InputShapes, SampleShapes
 from collage_mlir.tensors import (
     Inputs,
@@ -284,24 +289,17 @@ def require_offered(graph: DataflowGraph, backends: Sequence[str],
     """Every op node of `graph` in some candidate, checked before anything is measured; else
     an error naming the first node left out and why: the placement rule behind it, or each
     backend's own reason."""
-    offered = 0
-    for c in candidates:
-        offered |= c.inside
-    missing = graph.op_bits & ~offered
-    if not missing:
+    i = first_uncovered(graph, candidates)
+    if i is None:
         return
-    i = (missing & -missing).bit_length() - 1
-    node = graph.nodes[i]
-    said = placement.says_of(node) if placement else None
+    said = placement.says_of(graph.nodes[i]) if placement else None
     if said is None:
         said = "; ".join(
             f"{spec.backend_name}: " + (spec.resolve_backend().refusal(graph, i)
                                         if not spec.supported(graph) >> i & 1
                                         else "formed no region holding it")
             for spec in specs_for(backends))
-    name = onnx_view.node_name(node.op)
-    raise CollageError(f"no backend can run {node.op_type} node "
-                       f"{repr(name) if name else i}: {said}")
+    raise CollageError(cannot_run(graph, i, said))
 
 
 def given_inputs(fn: ir.Operation, inputs: Inputs) -> list[np.ndarray]:

@@ -258,18 +258,29 @@ class Uncovered(CollageError):
         self.node = node
 
 
+def first_uncovered(graph: DataflowGraph, parts: Sequence[CandidatePartition | _Edge]
+                    ) -> int | None:
+    """The first op node of `graph` (post-dfs order) in none of `parts`, or None."""
+    covered = 0
+    for part in parts:
+        covered |= part.inside
+    missing = graph.op_bits & ~covered
+    return (missing & -missing).bit_length() - 1 if missing else None
+
+
+def cannot_run(graph: DataflowGraph, i: int, why: str) -> str:
+    """The message for op node `i` that nothing can run: its op type and ONNX name."""
+    node = graph.nodes[i]
+    name = onnx_view.node_name(node.op) if node.op is not None else ""
+    return f"no backend can run {node.op_type} node {repr(name) if name else i}: {why}"
+
+
 def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
                      cands: Sequence[CandidatePartition], region_costs: Sequence[float],
                      reason: Callable[[CandidatePartition], str] | None) -> None:
-    covered = 0
-    for e in edges:
-        covered |= e.inside
-    missing = graph.op_bits & ~covered
-    if not missing:
+    i = first_uncovered(graph, edges)
+    if i is None:
         return
-    i = (missing & -missing).bit_length() - 1
-    node = graph.nodes[i]
-    name = onnx_view.node_name(node.op) if node.op is not None else ""
     # per backend, the smallest candidate holding the node says best why it is out
     why: dict[str, tuple[int, str]] = {}
     for c, cost in zip(cands, region_costs, strict=True):
@@ -280,8 +291,7 @@ def _check_coverable(graph: DataflowGraph, edges: Sequence[_Edge],
                 why[c.backend] = (size, text or "out")
     detail = "; ".join(f"{b}: {w}" for b, (_, w) in sorted(why.items())) or \
         "no backend offered a candidate"
-    raise Uncovered(f"no backend can run {node.op_type} node "
-                    f"{repr(name) if name else i}: {detail}", i)
+    raise Uncovered(cannot_run(graph, i, detail), i)
 
 
 # -- the search -----------------------------------------------------------------------------
