@@ -8,6 +8,7 @@ artifacts the backends chose to write. Loading does not search again.
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
 import os
@@ -15,7 +16,8 @@ import shutil
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -346,12 +348,14 @@ class PartitionedModel:
         replaces: `check_save_target`): built in a sibling scratch directory and moved
         into place at the end, so a failed save leaves the old contents and a new one leaves
         nothing of them. The manifest records a SHA-256 of every file."""
-        final = check_save_target(directory)
+        with _saving_into(directory):
+            final = check_save_target(directory)
         out = final.parent / f".{final.name}.new-{os.getpid()}-{time.monotonic_ns()}"
         out.mkdir()  # not mkdtemp: the umask decides who may read the saved model
         try:
             self._write(out)
-            _replace_dir(out, final)
+            with _saving_into(final):
+                _replace_dir(out, final)
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)
             raise
@@ -503,6 +507,24 @@ def _manifest_of(d: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+@contextmanager
+def _saving_into(directory: str | os.PathLike) -> Iterator[None]:
+    """Saves into one folder take turns looking at and replacing what is there (a lock on
+    the folder holding it, so nothing is left behind; a missing one is left for
+    `check_save_target` to name)."""
+    parent = user_path(directory).resolve().parent
+    try:
+        fd = os.open(parent, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _replace_dir(staged: Path, out: Path, tries: int = 20) -> None:
