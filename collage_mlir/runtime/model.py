@@ -451,9 +451,6 @@ def check_save_target(directory: str | os.PathLike) -> Path:
                            "breaks its checksums): save elsewhere")
     if final.is_dir():
         foreign = _foreign_files(final)
-        if foreign:  # another save may be swapping the folder this instant: look again
-            time.sleep(0.1)
-            foreign = _foreign_files(final) if final.is_dir() else []
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
             raise CollageError(f"{given}: holds files that are not a saved model ({shown}); "
@@ -527,29 +524,20 @@ def _saving_into(directory: str | os.PathLike) -> Iterator[None]:
         os.close(fd)
 
 
-def _replace_dir(staged: Path, out: Path, tries: int = 20) -> None:
-    """Put the finished `staged` directory at `out`, replacing what was there. Saves racing
-    to one folder each move the other's away in turn: the last to finish stays."""
-    for _ in range(tries):
-        old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            out.rename(old)
-        except FileNotFoundError:  # nothing there, or another save just moved it
-            old = None
-        try:
-            staged.rename(out)
-        except OSError:
-            if not out.exists():  # not a race: put back what was there
-                if old is not None:
-                    old.rename(out)
-                raise
-            if old is not None:  # another save put its folder there between the moves
-                shutil.rmtree(old, ignore_errors=True)
-            continue
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+def _replace_dir(staged: Path, out: Path) -> None:
+    """Put the finished `staged` directory at `out`, replacing what was there (saves take
+    turns at this: `_saving_into`); a failed move puts back what was there."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+    if not out.exists():
+        staged.rename(out)
         return
-    raise CollageError(f"{out}: other saves kept replacing it; save again")
+    out.rename(old)
+    try:
+        staged.rename(out)
+    except OSError:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 MANIFEST_DIGEST = "manifest_sha256"
