@@ -63,6 +63,10 @@ failed. iree-base-compiler 3.13's data tiling breaks whole Mamba2-style models (
 put on an i1 mask, "large vector sizes" in a fused einsum) that compile without it; at O3
 an Add read both by a Softmax and as a graph output fails ("'vector.store' op write affecting
 operations on global resources"), which compiles at the default level."""
+RETRIED = f"(failed also without {' '.join(RETRY_DROPPING)}) "
+"""Starts the reason of every region that fails to compile. A cached IREE compile failure
+without it predates retrying the regions a joint compile's error names, and is measured
+again (`cost.measure`)."""
 DRIVER = "local-task"
 WORKER_STACK_BYTES = 16 << 20
 """Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;
@@ -469,7 +473,7 @@ class IreeBackend(Backend):
                         results[i] = self._compile_batch([modules[i]])[0]
                     break
                 for k in failure.bad:
-                    results[pending[k]] = _short(failure.error)
+                    results[pending[k]] = self._compile_again(modules[pending[k]], failure)
                 pending = [i for k, i in enumerate(pending) if k not in failure.bad]
                 continue
             for i, name in zip(pending, names, strict=True):
@@ -478,15 +482,16 @@ class IreeBackend(Backend):
         return [r if r is not None else RuntimeError("not compiled") for r in results]
 
     def _compile_again(self, module: ir.Module, failure: _JointFailure) -> Kernel | Exception:
-        """`module`, whose compile failed with `failure`, compiled without RETRY_DROPPING
-        (the first failure stands where that fails too, or drops no flag)."""
+        """`module`, whose compile failed with `failure` (alone, or with others and the
+        error pointing at it), compiled without RETRY_DROPPING; where that fails too, or
+        drops no flag, the first failure stands, marked RETRIED."""
         fewer = tuple(f for f in self.flags if f not in RETRY_DROPPING)
-        if fewer == self.flags:
-            return _short(failure.error)
         try:
+            if fewer == self.flags:
+                raise failure
             context, vmfb, names = self._compile_joint([module], fewer)
         except _JointFailure:
-            return _short(failure.error)
+            return RuntimeError(f"{RETRIED}{_short(failure.error)}")
         return IreeKernel(context, names[0], vmfb, self.driver == DRIVER, _declared(module))
 
     def _compile_joint(self, modules: Sequence[ir.Module], flags: Sequence[str] | None = None

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from collage_mlir.backends.iree import RETRIED as iree_retried
 from collage_mlir.backends.registry import GROUP as BACKEND_GROUP
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost import transition as transition_mod
@@ -94,6 +95,14 @@ NAN_TAKEN_FOR_WRONG = "wrong numbers: max abs err inf"
 NaN (a region whose made-up inputs give NaN, as an RMS norm's square root of a mean drawn
 negative): no longer written (`tensors.compare` names a mismatch of infinities otherwise),
 so a cached invalid row with it is measured again."""
+
+
+def _older_reason(error: str) -> bool:
+    """Whether an invalid row's reason is one an older version gave and this one would not:
+    NaN matched as wrong (`NAN_TAKEN_FOR_WRONG`), or an IREE compile failure from before the
+    regions a joint compile's error named were compiled again (no `iree.RETRIED` in it)."""
+    return error.startswith(NAN_TAKEN_FOR_WRONG) or (
+        "iree-compile " in error and iree_retried not in error)
 
 
 @dataclass(frozen=True)
@@ -590,10 +599,9 @@ class MeasuringEstimator(CostEstimator):
         timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout), and
         not a timing that an earlier run cut short at its `stop_above` where this run needs
         the precision (`bound`: this run's; none, or one above the row's median), nor a
-        row an older comparison refused for matching NaNs (`NAN_TAKEN_FOR_WRONG`), nor,
+        row refused for a reason an older version gave (`_older_reason`), nor,
         when this run checks numbers, a row measured by a run that named no reference."""
-        if m.status == ERROR or m.stale or (m.status == INVALID
-                                            and m.error.startswith(NAN_TAKEN_FOR_WRONG)):
+        if m.status == ERROR or m.stale or (m.status == INVALID and _older_reason(m.error)):
             return False
         if m.status == OK and not (m.median is not None and 0 <= m.median < math.inf):
             return False  # a row edited by hand or by another tool: measured again

@@ -553,23 +553,36 @@ def test_error_rows_cost_inf_and_are_measured_again(tmp_path, graph):
         assert est.cache.get_many([m.key])[m.key].status == OK
 
 
-def test_rows_the_old_comparison_refused_for_matching_nans_are_measured_again(tmp_path, graph):
+OLD_IREE_FAILURE = ("compile failed: RuntimeError: iree-compile failed: regions.mlir:83:11: "
+                    "error: One or more operations with large vector sizes (16384 bytes)")
+
+
+@pytest.mark.parametrize("old_reason", ["nan", "iree"])
+def test_rows_refused_for_a_reason_an_older_version_gave_are_measured_again(
+        tmp_path, graph, old_reason):
+    """Matching NaNs taken as wrong, and IREE compile failures from before a region that a
+    joint compile's error named was compiled again: measured again; the same failure
+    written now (marked `RETRIED`) and other reasons stand."""
+    from collage_mlir.backends.iree import RETRIED
     from collage_mlir.cost.cache import INVALID, Measurement
     from collage_mlir.cost.measure import NAN_TAKEN_FOR_WRONG
 
+    now = OLD_IREE_FAILURE.replace("iree-compile failed", RETRIED + "iree-compile failed")
+    why_old = {"nan": f"{NAN_TAKEN_FOR_WRONG} in output 0 (max |ref| 1.75, rtol 0.01)",
+               "iree": OLD_IREE_FAILURE}[old_reason]
     with estimator(tmp_path, [NUMPY]) as est:
-        cands = single_op(graph, "numpy_test")[:2]
-        old, other = (Measurement(
+        cands = single_op(graph, "numpy_test")[:3]
+        rows = [Measurement(
             key=est.key(c), region="r", backend="numpy_test", version="1", options="",
             host="h", signature="Relu", status=INVALID, error=why) for c, why in zip(
-                cands, [f"{NAN_TAKEN_FOR_WRONG} in output 0 (max |ref| 1.75, rtol 0.01)",
-                        "wrong numbers: max abs err 0.5 in output 0"], strict=True))
-        est.cache.put(old)
-        est.cache.put(other)
+                cands, [why_old, "wrong numbers: max abs err 0.5 in output 0", now],
+                strict=True)]
+        for row in rows:
+            est.cache.put(row)
         costs = est.estimate(cands)
-        assert 0 < costs[0] < math.inf and costs[1] == math.inf
+        assert 0 < costs[0] < math.inf and costs[1] == costs[2] == math.inf
         assert est.stats.measured == 1
-        assert est.cache.get_many([old.key])[old.key].status == OK
+        assert est.cache.get_many([rows[0].key])[rows[0].key].status == OK
 
 
 @pytest.mark.parametrize("median", [-1.0, math.nan, None, math.inf])
