@@ -90,7 +90,13 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
-        raise CollageError(f"{label}: malformed model: {first}") from None
+        node = _CHECKER_NODE.search(str(e))
+        where = f"node '{node.group(1)}' ({node.group(2)}): " if node else ""
+        raise CollageError(f"{label}: malformed model: {where}{first}") from None
+
+
+_CHECKER_NODE = re.compile(r"Bad node spec for node\. Name: (\S*) OpType: (\S+)")
+"""Where onnx's checker names the node at fault: on a later line of its message."""
 
 
 def _unshaped(value: onnx.ValueInfoProto) -> bool:

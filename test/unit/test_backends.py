@@ -792,6 +792,32 @@ def test_iree_computes_float64_in_float64():
         np.testing.assert_array_equal(a, b)
 
 
+WIDE_INT64 = '''g (float[8] x, int32[8] i, int64[8] j) => (float[8] y, int64[8] k, int64[8] m) {
+  c = Cast<to = 7>(x)
+  three = Constant<value = int64[1] {3}>()
+  t = Mul(c, three)
+  y = Cast<to = 1>(t)
+  k = Cast<to = 7>(i)
+  m = Max(j, k)
+}'''
+
+
+def test_openvino_takes_no_op_that_can_make_int64_past_int32():
+    """OpenVINO computes int64 in int32: x = 3e9 cast to int64 and times 3 came back
+    -1294967296, rc 0 (its run-time check sees only a region's inputs). A Cast from float
+    and int64 arithmetic are not offered; a Cast from int32 and a Max of int64s are, and
+    the float Cast back is (it reads int64, makes none)."""
+    graph = _graph(WIDE_INT64)
+    kinds = {n.op_type + str(n.index): n.index for n in graph.op_nodes()}
+    casts = sorted(i for k, i in kinds.items() if k.startswith("Cast"))
+    mul, maximum = (next(i for k, i in kinds.items() if k.startswith(t)) for t in ("Mul", "Max"))
+    bits = _backend("openvino").capability(graph)
+    refused = {i for i in (*casts, mul, maximum) if not bits >> i & 1}
+    from_float = next(i for i in casts if "f32" in str(graph.nodes[i].op.operands[0].type))
+    assert refused == {from_float, mul}
+    assert "int64 in int32" in _backend("openvino").refusal(graph, mul)
+
+
 LSTMS = '''g (float[3,2,4] x, float[1,12,4] w, float[1,12,3] r, float[1,24] b,
        int32[2] n, float[1,2,3] h, float[1,2,3] c, float[1,9] p)
     => (float[1,2,3] y, float[1,2,3] z) {
