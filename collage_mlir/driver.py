@@ -620,15 +620,17 @@ def choose(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
     """The least-cost cover (RFC phase 3) under the estimator's hand-off prices, no dearer
     than any `carved` cover; says so on stderr when the search ran out of states (the cover
     is then not proven least-cost). An op left to no backend is an error that names the
-    placement rule behind it, if one is."""
+    placement rule behind it, if one is, and for a quantized model the tolerance that
+    would take the whole models left out for their numbers (`tolerance_hint`)."""
     try:
         pick = search(graph, candidates, costs, estimator.transition_cost, unknown,
                       estimator.reason, covers=[c.indices for c in carved if c.indices])
     except Uncovered as e:
         said = placement.says_of(graph.nodes[e.node]) if placement else None
-        if said is None:
+        hint = tolerance_hint(refused_for_numbers(graph, candidates, costs, estimator))
+        if said is None and hint is None:
             raise
-        raise CollageError(f"{e}; {said}") from None
+        raise CollageError("; ".join(t for t in (str(e), said, hint) if t)) from None
     if not pick.exact:
         print(f"collage: search: {STATE_LIMIT_NOTE}", file=sys.stderr, flush=True)
     return pick

@@ -295,9 +295,10 @@ def _check_pick(ch: Channel, model: PartitionedModel, inputs: Sequence[list[np.n
                    for o, r in zip(outputs, nan[1], strict=True)
                    if r is not None and o.shape == r.shape)
         if lost:
-            ch.send(note=f"non-finite inputs: given a NaN input the pick returns {lost} "
-                         "finite values where the reference's whole model returns NaN or "
-                         "Inf (outputs are checked on finite inputs only)")
+            values = "a finite value" if lost == 1 else f"{lost} finite values"
+            ch.send(note=f"non-finite inputs: given a NaN input the pick returns {values} "
+                         "where the reference's whole model returns NaN or Inf (outputs are "
+                         "checked on finite inputs only)")
 
 
 def _mismatch(outputs: Outputs, declared: list[TensorSpec | None],

@@ -109,6 +109,21 @@ def test_a_quantized_model_refused_whole_for_its_numbers_says_what_would_accept_
     assert refused_for_numbers(graph, candidates, [math.inf], WrongNumbers()) == {}
 
 
+def test_a_quantized_model_no_backend_runs_right_says_what_would_accept_it():
+    """With every backend's candidates refused for their numbers (OpenVINO pinned on a QDQ
+    model), the search's error names the node and, as a run that succeeds says it, the
+    tolerance that would accept the whole model."""
+    from collage_mlir.driver import choose
+
+    graph = entry_graph(collage_mlir.import_onnx(qdq_conv_model()))
+    candidates = [CandidatePartition(SubGraph(graph, graph.op_bits), "openvino", "whole")]
+    candidates += [CandidatePartition(SubGraph(graph, 1 << n.index), "openvino", "op")
+                   for n in graph.op_nodes()]
+    with pytest.raises(CollageError, match=r"^no backend can run .* node .*: openvino: "
+                       r"invalid: wrong numbers.*; quantized model: .*--atol-scale 0.19"):
+        choose(graph, candidates, [math.inf] * len(candidates), WrongNumbers())
+
+
 def test_the_float_twin_drops_activation_rounding_and_keeps_int8_weights():
     """The twin computes the model's convolution on its float input and its dequantized
     int8 weights, without the input's and output's rounding but clipped to the ranges their
