@@ -91,11 +91,12 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
         node = _CHECKER_NODE.search(str(e))
-        where = f"node '{node.group(1)}' ({node.group(2)}): " if node else ""
+        where = "" if not node else (f"node '{node.group(1)}' ({node.group(2)}): " if node.group(1)
+                                     else f"an unnamed {node.group(2)} node: ")
         raise CollageError(f"{label}: malformed model: {where}{first}") from None
 
 
-_CHECKER_NODE = re.compile(r"Bad node spec for node\. Name: (\S*) OpType: (\S+)")
+_CHECKER_NODE = re.compile(r"Bad node spec for node\. Name: (.*?) OpType: (\S+)")
 """Where onnx's checker names the node at fault: on a later line of its message."""
 
 

@@ -110,8 +110,9 @@ class Placement:
                 if rule.backend is not None and rule.backend not in backends:
                     raise CollageError(
                         f"{rule.where}: pins {node.op_type} node {node_name(node)!r} to "
-                        f"'{rule.backend}', which is not among the backends in use "
-                        f"({', '.join(sorted(backends))})")
+                        f"'{rule.backend}', which offers no candidate here (not in use, or "
+                        f"it takes none of this model's ops; backends offering some: "
+                        f"{', '.join(sorted(backends))})")
         named = any(node_name(n) for n in graph.op_nodes())
         for rule in self.rules:
             if id(rule) not in matched:

@@ -63,10 +63,11 @@ failed. iree-base-compiler 3.13's data tiling breaks whole Mamba2-style models (
 put on an i1 mask, "large vector sizes" in a fused einsum) that compile without it; at O3
 an Add read both by a Softmax and as a graph output fails ("'vector.store' op write affecting
 operations on global resources"), which compiles at the default level."""
-RETRIED = f"(failed also without {' '.join(RETRY_DROPPING)}) "
-"""Starts the reason of every region that fails to compile. A cached IREE compile failure
-without it predates retrying the regions a joint compile's error names, and is measured
-again (`cost.measure`)."""
+RETRIED = "(final; "
+"""Begins what `_compile_again` says of a region that fails to compile: "(final; retried
+without …) " or "(final; no flag to drop) ". A cached IREE compile failure without it
+predates retrying the regions a joint compile's error names, and is measured again
+(`cost.measure`)."""
 DRIVER = "local-task"
 WORKER_STACK_BYTES = 16 << 20
 """Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;
@@ -486,12 +487,13 @@ class IreeBackend(Backend):
         error pointing at it), compiled without RETRY_DROPPING; where that fails too, or
         drops no flag, the first failure stands, marked RETRIED."""
         fewer = tuple(f for f in self.flags if f not in RETRY_DROPPING)
+        if fewer == self.flags:
+            return RuntimeError(f"{RETRIED}no flag to drop) {_short(failure.error)}")
         try:
-            if fewer == self.flags:
-                raise failure
             context, vmfb, names = self._compile_joint([module], fewer)
         except _JointFailure:
-            return RuntimeError(f"{RETRIED}{_short(failure.error)}")
+            dropped = " ".join(f for f in self.flags if f in RETRY_DROPPING)
+            return RuntimeError(f"{RETRIED}retried without {dropped}) {_short(failure.error)}")
         return IreeKernel(context, names[0], vmfb, self.driver == DRIVER, _declared(module))
 
     def _compile_joint(self, modules: Sequence[ir.Module], flags: Sequence[str] | None = None

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,10 +33,12 @@ from collage_mlir.backends.base import (
     cpu_identity,
     usable_cores,
 )
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
-from collage_mlir.export.resources import model_source, store_of
+from collage_mlir.export.onnx_export import attr_array
+from collage_mlir.export.resources import model_source, module_resources, store_of
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, Node
 from collage_mlir.graph.subgraph import SubGraph
@@ -151,13 +153,19 @@ def _require_int32_range(x: np.ndarray, k: int) -> None:
                          f"{x.dtype} values in int32")
 
 
-INT64_WIDENING = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Sum", "CumSum", "ReduceSum",
-    "ReduceProd", "ReduceSumSquare", "MatMul", "Gemm", "Einsum"})
-"""Ops whose int64 result can leave the int32 range while their operands stay inside it
-(3 * 1e9, -(-2**31), a sum of many)."""
-WIDE_SOURCES = frozenset({"f32", "f64", "bf16", "ui32", "ui64"})
-"""Element types a Cast to int64 can take values past int32 from."""
+WIDE_INTS = frozenset({"si64", "ui64", "ui32"})
+"""Integer types OpenVINO's CPU plugin computes in int32 (no property turns that off)."""
+COPYING = frozenset({
+    "Shape", "Size", "Constant", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten",
+    "Transpose", "Concat", "Slice", "Split", "Gather", "GatherElements", "GatherND",
+    "ScatterND", "ScatterElements", "Expand", "Tile", "Pad", "Where", "Max", "Min", "Clip",
+    "Mod", "Sign", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "TopK", "NonZero",
+    "Range", "Compress", "Trilu", "DepthToSpace", "SpaceToDepth", "ReverseSequence",
+    "ConstantOfShape"})
+"""Ops whose integer results are values of their operands, or indices and counts bounded
+by tensor sizes: operands inside int32 keep them inside."""
+NARROW_INTS = frozenset({"i1", "si8", "si16", "si32", "ui8", "ui16"})
+"""Element types a Cast to a WIDE_INTS type keeps inside int32."""
 
 
 def _element(v: Any) -> str:
@@ -165,28 +173,65 @@ def _element(v: Any) -> str:
     return parsed[1] if parsed is not None else ""
 
 
-def _miscomputed(node: Node) -> str:
+def _may_pass_int32(node: Node, constant: Callable[[Any], np.ndarray | None]) -> bool:
+    """Whether OpenVINO could compute a WIDE_INTS value of `node` past int32, which it
+    wraps: an op that can make one from values inside int32 (arithmetic, reductions that
+    sum, a Cast from a float or a wide type), or a constant operand holding one (`constant`
+    reads an operand's value, None when it is not a constant). A region's inputs are
+    checked at run time (`_require_int32_range`)."""
+    made = {_element(r) for r in node.op.results} & WIDE_INTS
+    if made and node.op_type in ("Cast", "CastLike"):
+        source = _element(node.op.operands[0])
+        if source not in NARROW_INTS and not (source == "si64" and made == {"si64"}):
+            return True
+    elif made and node.op_type not in COPYING:
+        return True
+    values = node.op.results if node.op_type == "Constant" else node.op.operands
+    return any(_element(v) in WIDE_INTS and _past_int32(constant(v)) for v in values)
+
+
+def _past_int32(value: np.ndarray | None) -> bool:
+    return value is not None and value.size > 0 and (
+        int(value.min()) < INT32.min or int(value.max()) > INT32.max)
+
+
+def _miscomputed(node: Node, constant: Callable[[Any], np.ndarray | None]) -> str:
     """Why OpenVINO's CPU plugin computes `node` otherwise than ONNX says ("" when it does
-    not), so that it is not offered: float64 values are computed in float32; int64 values
-    in int32, so an op that can make an int64 value past int32 from values inside it
-    (INT64_WIDENING, a Cast from WIDE_SOURCES) would wrap it unseen (the run-time check,
-    `_require_int32_range`, sees a region's inputs only); an LSTM's peepholes (its input P)
-    are dropped (1.5% off on ONNX's own test, 20% with larger P)."""
+    not), so that it is not offered: float64 values are computed in float32; 64-bit and
+    uint32 integers in int32, so a value past int32 would wrap unseen (`_may_pass_int32`);
+    an LSTM's peepholes (its input P) are dropped (1.5% off on ONNX's own test, 20% with
+    larger P)."""
     if node.op_type == "LSTM" and len(node.operands) > 7 and node.operands[7] is not None:
         return "drops an LSTM's peepholes (input P)"
-    elements = [_element(v) for v in (*node.op.operands, *node.op.results)]
-    if "f64" in elements:
+    if "f64" in (_element(v) for v in (*node.op.operands, *node.op.results)):
         return "computes float64 in float32"
-    if any(_element(r) == "si64" for r in node.op.results) and (
-            node.op_type in INT64_WIDENING or node.op_type == "Cast"
-            and _element(node.op.operands[0]) in WIDE_SOURCES):
-        return "computes int64 in int32 (a result past int32 would wrap)"
+    if _may_pass_int32(node, constant):
+        return "computes 64-bit integers in int32 (a value past int32 would wrap)"
     return ""
 
 
 def _miscomputed_nodes(graph: DataflowGraph) -> int:
     """The op nodes `_miscomputed` gives a reason for, as a bitset."""
-    return sum(1 << n.index for n in graph.op_nodes() if _miscomputed(n))
+    constant = _constants(graph)
+    return sum(1 << n.index for n in graph.op_nodes() if _miscomputed(n, constant))
+
+
+def _constants(graph: DataflowGraph) -> Callable[[Any], np.ndarray | None]:
+    """An operand's value where an onnx.Constant defines it, else None (the module's blob
+    table is read only when a constant's value is a blob)."""
+    def read(value: Any) -> np.ndarray | None:
+        owner = value.owner
+        if not isinstance(owner, ir.Operation | ir.OpView) or \
+                onnx_view.op_type(owner.operation) != "Constant":
+            return None
+        attr = onnx_view.attributes(owner.operation).get("value")
+        try:
+            return None if attr is None else attr_array(
+                attr, lambda: module_resources(graph.func_op.parent))
+        except (KeyError, ValueError):  # a blob not at hand: taken as inside int32
+            return None
+
+    return read
 
 
 SAME_CODE = SimpleNamespace(rtol=1e-4, atol_scale=1e-5)
@@ -232,7 +277,8 @@ class OpenVinoKernel(Kernel):
         request = self.request
         for k, a in enumerate(self._reads):
             x = inputs[a]
-            if x.dtype.itemsize == 8 and x.dtype.kind in "iu" and x.size:
+            if x.dtype.kind in "iu" and x.size and (x.dtype.itemsize == 8 or
+                                                    x.dtype == np.uint32):
                 _require_int32_range(x, k)
             if x is not self._refs[k]:
                 shared = _shareable(x)
@@ -281,7 +327,7 @@ class OpenVinoBackend(Backend):
 
     name = "openvino"
     kind = BackendKind.GRAPH
-    capability_revision = 3  # ops it computes otherwise are left out (`_miscomputed_nodes`)
+    capability_revision = 4  # ops it computes otherwise are left out (`_miscomputed_nodes`)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -351,7 +397,8 @@ class OpenVinoBackend(Backend):
         return cpu_identity()
 
     def refusal(self, graph: DataflowGraph, node: int) -> str:
-        return _miscomputed(graph.nodes[node]) or super().refusal(graph, node)
+        return (_miscomputed(graph.nodes[node], _constants(graph))
+                or super().refusal(graph, node))
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:
         """Ask query_model about each op alone (cached per op signature)."""

@@ -169,7 +169,8 @@ def probe_final(module: ir.Module, candidates: Sequence[CandidatePartition],
         pick = search(graph, candidates, costs, estimator.transition_cost, "raise", reason)
         if not pick.exact:
             say(f"collage: search: {STATE_LIMIT_NOTE}")
-    tried = "; ".join(f"{r.backend} ({', '.join(r.op_types[:4])})" for r in rejected)
+    tried = "; ".join(f"{r.backend} ({', '.join(r.op_types[:4])}"
+                      f"{', …' if len(r.op_types) > 4 else ''})" for r in rejected)
     raise CollageError(f"final compile failed {MAX_PROBES} times; last: {last}; left out in "
                        f"turn: {tried} (--placement can pin these ops to a backend that runs "
                        "them right)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import warnings
@@ -235,6 +236,10 @@ def test_malformed_node_is_named():
     with pytest.raises(CollageError, match=r"malformed model: node 'my_split' \(Split\): "
                                            r"Unrecognized attribute: num_outputs"):
         collage_mlir.import_onnx(model)
+    for name, said in (("my split", "node 'my split' (Split)"), ("", "an unnamed Split node")):
+        model.graph.node[0].name = name
+        with pytest.raises(CollageError, match=f"malformed model: {re.escape(said)}: "):
+            collage_mlir.import_onnx(model)
 
 
 @pytest.mark.parametrize("content", [b"garbage", None])

@@ -567,7 +567,8 @@ def test_rows_refused_for_a_reason_an_older_version_gave_are_measured_again(
     from collage_mlir.cost.cache import INVALID, Measurement
     from collage_mlir.cost.measure import NAN_TAKEN_FOR_WRONG
 
-    now = OLD_IREE_FAILURE.replace("iree-compile failed", RETRIED + "iree-compile failed")
+    now = OLD_IREE_FAILURE.replace(
+        "iree-compile failed", f"{RETRIED}retried without --iree-opt-data-tiling) iree-compile failed")
     why_old = {"nan": f"{NAN_TAKEN_FOR_WRONG} in output 0 (max |ref| 1.75, rtol 0.01)",
                "iree": OLD_IREE_FAILURE}[old_reason]
     with estimator(tmp_path, [NUMPY]) as est:

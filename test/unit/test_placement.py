@@ -52,6 +52,17 @@ def test_pin_by_name_first_match_wins(graph, tmp_path):
                    ((2, 3), "iree"), ((3,), "iree")]
 
 
+def test_a_pin_to_a_backend_offering_nothing_says_so(graph, tmp_path):
+    """OpenVINO installed but taking none of the model's ops (its int64 ops now refused)
+    was reported as "not among the backends in use"."""
+    placement = Placement.from_json(write(tmp_path, [
+        {"pattern": {"match": {"node_type": "Relu"}, "rewrite": {"backend": "openvino"}}}]))
+    with pytest.raises(collage_mlir.CollageError, match=r"pins Relu node .* to 'openvino', "
+                       r"which offers no candidate here .*backends offering some: "
+                       r"iree, onnxruntime\)"):
+        placement.filter(graph, cands(graph, [[1], [2], [3]]))
+
+
 def test_exclude(graph, tmp_path):
     placement = Placement.from_json(write(tmp_path, [
         {"pattern": {"match": {"node_type": "Abs"}, "rewrite": {"exclude": ["iree"]}}}]))
