@@ -164,6 +164,16 @@ COPYING = frozenset({
     "ConstantOfShape"})
 """Ops whose integer results are values of their operands, or indices and counts bounded
 by tensor sizes: operands inside int32 keep them inside."""
+SHAPE_OPERANDS = {
+    **dict.fromkeys(("Reshape", "Expand", "Tile", "Unsqueeze", "Squeeze", "Gather",
+                     "GatherElements", "GatherND", "ScatterND", "ScatterElements", "TopK",
+                     "Split", "CumSum", "Trilu", "OneHot", "ReduceMax", "ReduceMin",
+                     "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
+                     "ReduceLogSumExp", "ReduceSumSquare"), frozenset({1})),
+    "Slice": frozenset({1, 2, 3, 4}), "Pad": frozenset({1, 3}), "Resize": frozenset({1, 2, 3}),
+    "ConstantOfShape": frozenset({0})}
+"""Operands OpenVINO reads as shapes, axes, indices or counts, not values to compute with
+(a Slice's end of INT64_MAX, as exporters write it, is clamped, not wrapped)."""
 NARROW_INTS = frozenset({"i1", "si8", "si16", "si32", "ui8", "ui16"})
 """Element types a Cast to a WIDE_INTS type keeps inside int32."""
 
@@ -177,8 +187,9 @@ def _may_pass_int32(node: Node, constant: Callable[[Any], np.ndarray | None]) ->
     """Whether OpenVINO could compute a WIDE_INTS value of `node` past int32, which it
     wraps: an op that can make one from values inside int32 (arithmetic, reductions that
     sum, a Cast from a float or a wide type), or a constant operand holding one (`constant`
-    reads an operand's value, None when it is not a constant). A region's inputs are
-    checked at run time (`_require_int32_range`)."""
+    reads an operand's value, None when it is not a constant) that it computes with (not a
+    SHAPE_OPERANDS one). A region's inputs are checked at run time
+    (`_require_int32_range`)."""
     made = {_element(r) for r in node.op.results} & WIDE_INTS
     if made and node.op_type in ("Cast", "CastLike"):
         source = _element(node.op.operands[0])
@@ -186,8 +197,9 @@ def _may_pass_int32(node: Node, constant: Callable[[Any], np.ndarray | None]) ->
             return True
     elif made and node.op_type not in COPYING:
         return True
-    values = node.op.results if node.op_type == "Constant" else node.op.operands
-    return any(_element(v) in WIDE_INTS and _past_int32(constant(v)) for v in values)
+    skipped = SHAPE_OPERANDS.get(node.op_type, frozenset())
+    return any(_element(v) in WIDE_INTS and _past_int32(constant(v))
+               for k, v in enumerate(node.op.operands) if k not in skipped)
 
 
 def _past_int32(value: np.ndarray | None) -> bool:

@@ -815,6 +815,11 @@ def _wide_int_model() -> onnx.ModelProto:
         h.make_node("Gather", ["big_c", "idx"], ["y_big"], name="bad_gather_big"),
         h.make_node("Constant", [], ["small_c"], name="small", value=small),
         h.make_node("Gather", ["small_c", "idx"], ["y_small"], name="ok_gather_small"),
+        h.make_node("Constant", [], ["zero"], name="zero",
+                    value=h.make_tensor("z", T.INT64, [1], [0])),
+        h.make_node("Constant", [], ["end"], name="end",  # as exporters write "to the end"
+                    value=h.make_tensor("e", T.INT64, [1], [2**63 - 1])),
+        h.make_node("Slice", ["j", "zero", "end"], ["y_slice"], name="ok_slice_to_int64_max"),
     ]
     v = h.make_tensor_value_info
     graph = h.make_graph(
@@ -823,7 +828,8 @@ def _wide_int_model() -> onnx.ModelProto:
          v("u", T.UINT64, [8]), v("idx", T.INT64, [2])],
         [v("y_mul", T.INT64, [8]), v("y_max", T.INT64, [8]), v("y_mean", T.INT64, []),
          v("y_castlike", T.INT64, [8]), v("y_u32", T.UINT32, [8]),
-         v("y_u64", T.UINT64, [8]), v("y_big", T.INT64, [2]), v("y_small", T.INT64, [2])])
+         v("y_u64", T.UINT64, [8]), v("y_big", T.INT64, [2]), v("y_small", T.INT64, [2]),
+         v("y_slice", T.INT64, [8])])
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
@@ -832,7 +838,8 @@ def test_openvino_takes_no_op_that_can_make_a_value_past_int32():
     times 3 came back -1294967296, a ReduceMean of 2e9s -536870912, a Gather from a table
     holding 3e9 2147483647, all rc 0 (the run-time check sees a region's inputs only, and
     made-up inputs rarely reach such values). Ops that can make such a value, and those
-    reading a constant that holds one, are not offered; ops that only move values are."""
+    computing with a constant that holds one, are not offered; ops that only move values
+    are, and a Slice ending at INT64_MAX (a bound, clamped) too."""
     graph = _graph_of(import_onnx(_wide_int_model()))
     bits = _backend("openvino").capability(graph)
     from collage_mlir.placement import node_name as onnx_name
@@ -840,7 +847,7 @@ def test_openvino_takes_no_op_that_can_make_a_value_past_int32():
     offered = {onnx_name(n): bool(bits >> n.index & 1) for n in graph.op_nodes()}
     assert offered == {name: name.startswith("ok_") for name in offered}
     assert {"bad_gather_big", "ok_gather_small", "bad_add_uint64"} < set(offered)
-    assert len(offered) == 10  # the Constants are values of the ops reading them, not ops
+    assert len(offered) == 11  # the Constants are values of the ops reading them, not ops
     mul = next(n.index for n in graph.op_nodes() if onnx_name(n) == "bad_mul")
     assert "64-bit integers in int32" in _backend("openvino").refusal(graph, mul)
 
