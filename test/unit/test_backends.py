@@ -820,23 +820,30 @@ def _wide_int_model() -> onnx.ModelProto:
         h.make_node("Constant", [], ["end"], name="end",  # as exporters write "to the end"
                     value=h.make_tensor("e", T.INT64, [1], [2**63 - 1])),
         h.make_node("Slice", ["j", "zero", "end"], ["y_slice"], name="ok_slice_to_int64_max"),
+        h.make_node("Mod", ["i", "i"], ["y_mod"], name="bad_mod_int32"),  # float32 inside
+        h.make_node("Constant", [], ["wide"], name="wide", value_ints=[3_000_000_000] * 8),
+        h.make_node("Where", ["flag", "wide", "j"], ["y_where"], name="bad_where_value_ints"),
+        h.make_node("Constant", [], ["five"], name="five", value_int=5),
+        h.make_node("Max", ["j", "five"], ["y_max5"], name="ok_max_value_int"),
     ]
     v = h.make_tensor_value_info
     graph = h.make_graph(
         nodes, "g",
         [v("x", T.FLOAT, [8]), v("i", T.INT32, [8]), v("j", T.INT64, [8]),
-         v("u", T.UINT64, [8]), v("idx", T.INT64, [2])],
+         v("u", T.UINT64, [8]), v("idx", T.INT64, [2]), v("flag", T.BOOL, [8])],
         [v("y_mul", T.INT64, [8]), v("y_max", T.INT64, [8]), v("y_mean", T.INT64, []),
          v("y_castlike", T.INT64, [8]), v("y_u32", T.UINT32, [8]),
          v("y_u64", T.UINT64, [8]), v("y_big", T.INT64, [2]), v("y_small", T.INT64, [2]),
-         v("y_slice", T.INT64, [8])])
+         v("y_slice", T.INT64, [8]), v("y_mod", T.INT32, [8]), v("y_where", T.INT64, [8]),
+         v("y_max5", T.INT64, [8])])
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
 def test_openvino_takes_no_op_that_can_make_a_value_past_int32():
     """OpenVINO computes 64-bit (and uint32) integers in int32: x = 1e9 cast to int64 and
     times 3 came back -1294967296, a ReduceMean of 2e9s -536870912, a Gather from a table
-    holding 3e9 2147483647, all rc 0 (the run-time check sees a region's inputs only, and
+    holding 3e9 2147483647, a Where from Constant<value_ints> too, an int32 Mod of 2**24 + 1
+    by 10 gave 6 (float32 inside), all rc 0 (the run-time check sees a region's inputs only, and
     made-up inputs rarely reach such values). Ops that can make such a value, and those
     computing with a constant that holds one, are not offered; ops that only move values
     are, and a Slice ending at INT64_MAX (a bound, clamped) too."""
@@ -847,7 +854,7 @@ def test_openvino_takes_no_op_that_can_make_a_value_past_int32():
     offered = {onnx_name(n): bool(bits >> n.index & 1) for n in graph.op_nodes()}
     assert offered == {name: name.startswith("ok_") for name in offered}
     assert {"bad_gather_big", "ok_gather_small", "bad_add_uint64"} < set(offered)
-    assert len(offered) == 11  # the Constants are values of the ops reading them, not ops
+    assert len(offered) == 14  # the Constants are values of the ops reading them, not ops
     mul = next(n.index for n in graph.op_nodes() if onnx_name(n) == "bad_mul")
     assert "64-bit integers in int32" in _backend("openvino").refusal(graph, mul)
 
