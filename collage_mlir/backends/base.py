@@ -142,6 +142,13 @@ class Backend(abc.ABC):
     """Raised when `capability` changes its answer for the same backend version, so that
     answers the cache remembers are asked again."""
 
+    @classmethod
+    def outdated_failure(cls, reason: str) -> bool:
+        """Whether a cached failure (`reason`, as this backend's kernel raised it) came from
+        an older version of this code that has since learnt to run such regions, so that
+        the region is measured again; none does by default."""
+        return False
+
     @abc.abstractmethod
     def capability(self, graph: DataflowGraph) -> int:
         """Bitset (over `graph`'s post-dfs indices) of the op nodes this backend can run."""

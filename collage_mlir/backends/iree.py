@@ -33,6 +33,7 @@ from collage_mlir.backends.base import (
     usable_cores,
 )
 from collage_mlir.dialects import onnx as onnx_view
+from collage_mlir.export.onnx_export import constant_reader
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
@@ -67,7 +68,7 @@ RETRIED = "(final; "
 """Begins what `_compile_again` says of a region that fails to compile: "(final; retried
 without …) " or "(final; no flag to drop) ". A cached IREE compile failure without it
 predates retrying the regions a joint compile's error names, and is measured again
-(`cost.measure`)."""
+(`IreeBackend.outdated_failure`)."""
 DRIVER = "local-task"
 WORKER_STACK_BYTES = 16 << 20
 """Stack of each IREE task worker. A dispatch may put up to the compile flag's 1 MiB on it;
@@ -262,7 +263,7 @@ def combine(modules: Sequence[ir.Module], prefix: str = "collage_region",
             clone = _only_function(module).clone(ip=ir.InsertionPoint(combined.body))
             clone.attributes["sym_name"] = ir.StringAttr.get(name)
             if cpu_rewrites:
-                iree_rewrites.rewrite(clone, iree_rewrites.constant_reader(blobs))
+                iree_rewrites.rewrite(clone, constant_reader(lambda table=blobs: table))
     return combined, names
 
 
@@ -418,6 +419,12 @@ class IreeBackend(Backend):
 
     def default_flags(self) -> tuple[str, ...]:
         return DEFAULT_FLAGS
+
+    @classmethod
+    def outdated_failure(cls, reason: str) -> bool:
+        """A compile failure without `RETRIED`: from before the regions a joint compile's
+        error names were compiled again (`_compile_again`)."""
+        return "iree-compile " in reason and RETRIED not in reason
 
     @property
     def artifact_target(self) -> str:

@@ -15,42 +15,20 @@ static shapes and constant operands alone:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 import numpy as np
 from iree.compiler import ir
 
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.export.onnx_export import attr_array
+from collage_mlir.export.onnx_export import Constant
 
 TAG = "conv1d=2d,resize=expand"
 """What `rewrite` does, for the cache key of kernels compiled with it."""
-
-Constant = Callable[[ir.Value], "np.ndarray | None"]
-"""The value of an operand an onnx.Constant op defines; None for any other operand."""
 
 
 def rewrite(fn: ir.Operation, constant: Constant) -> dict[str, int]:
     """Apply every rewrite to `fn` in place; how many ops each rewrote."""
     return {"conv1d": convolutions_as_2d(fn),
             "resize": nearest_resizes_as_expands(fn, constant)}
-
-
-def constant_reader(blobs: Mapping[str, bytes | memoryview]) -> Constant:
-    """A `Constant` reading `dense` values inline and `dense_resource` ones from `blobs`
-    (the region's blob table)."""
-    def read(value: ir.Value) -> np.ndarray | None:
-        owner = value.owner
-        if not isinstance(owner, ir.Operation | ir.OpView):
-            return None
-        op = owner.operation
-        attr = onnx_view.attributes(op).get("value") if onnx_view.op_type(op) == "Constant" \
-            else None
-        try:
-            return None if attr is None else attr_array(attr, lambda: blobs)
-        except (KeyError, ValueError):  # a blob not at hand: no rewrite, not an error
-            return None
-    return read
 
 
 def _shape(value: ir.Value) -> tuple[tuple[int, ...], str] | None:

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,11 +33,10 @@ from collage_mlir.backends.base import (
     cpu_identity,
     usable_cores,
 )
-from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
-from collage_mlir.export.onnx_export import attr_array
+from collage_mlir.export.onnx_export import Constant, constant_reader
 from collage_mlir.export.resources import model_source, module_resources, store_of
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, Node
@@ -183,7 +182,7 @@ def _element(v: Any) -> str:
     return parsed[1] if parsed is not None else ""
 
 
-def _may_pass_int32(node: Node, constant: Callable[[Any], np.ndarray | None]) -> bool:
+def _may_pass_int32(node: Node, constant: Constant) -> bool:
     """Whether OpenVINO could compute a WIDE_INTS value of `node` past int32, which it
     wraps: an op that can make one from values inside int32 (arithmetic, reductions that
     sum, a Cast from a float or a wide type), or a constant operand holding one (`constant`
@@ -207,7 +206,7 @@ def _past_int32(value: np.ndarray | None) -> bool:
         int(value.min()) < INT32.min or int(value.max()) > INT32.max)
 
 
-def _miscomputed(node: Node, constant: Callable[[Any], np.ndarray | None]) -> str:
+def _miscomputed(node: Node, constant: Constant) -> str:
     """Why OpenVINO's CPU plugin computes `node` otherwise than ONNX says ("" when it does
     not), so that it is not offered: float64 values are computed in float32; 64-bit and
     uint32 integers in int32, so a value past int32 would wrap unseen (`_may_pass_int32`);
@@ -230,28 +229,9 @@ def _miscomputed_nodes(graph: DataflowGraph) -> int:
     return sum(1 << n.index for n in graph.op_nodes() if _miscomputed(n, constant))
 
 
-def _constants(graph: DataflowGraph) -> Callable[[Any], np.ndarray | None]:
-    """An operand's value where an onnx.Constant defines it, else None (the module's blob
-    table is read only when a constant's value is a blob)."""
-    def read(value: Any) -> np.ndarray | None:
-        owner = value.owner
-        if not isinstance(owner, ir.Operation | ir.OpView) or \
-                onnx_view.op_type(owner.operation) != "Constant":
-            return None
-        attrs = onnx_view.attributes(owner.operation)
-        if "value_int" in attrs or "value_ints" in attrs:  # Constant<value_int(s) = …>
-            ints = attrs["value_int"] if "value_int" in attrs else attrs["value_ints"]
-            values = ([ir.IntegerAttr(a).value for a in ir.ArrayAttr(ints)]
-                      if "value_ints" in attrs else ir.IntegerAttr(ints).value)
-            return np.array(values, dtype=object)
-        attr = attrs.get("value")
-        try:
-            return None if attr is None else attr_array(
-                attr, lambda: module_resources(graph.func_op.parent))
-        except (KeyError, ValueError):  # a blob not at hand: taken as inside int32
-            return None
-
-    return read
+def _constants(graph: DataflowGraph) -> Constant:
+    """The graph's `Constant` reader (its module's blob table read on first need)."""
+    return constant_reader(lambda: module_resources(graph.func_op.parent))
 
 
 SAME_CODE = SimpleNamespace(rtol=1e-4, atol_scale=1e-5)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends.iree_rewrites import Constant, constant_reader
 from collage_mlir.check.compare import whole_model_runner
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import public_functions
+from collage_mlir.export.onnx_export import Constant, constant_reader
 from collage_mlir.export.resources import module_resources
 from collage_mlir.runtime.model import clone_module
 from collage_mlir.tensors import model_inputs
@@ -31,7 +31,7 @@ def float_twin(module: ir.Module) -> ir.Module | None:
     when it has none (not a QDQ model: dynamically quantized ones are not)."""
     twin = clone_module(module)
     fn = public_functions(twin)[0]
-    constant = constant_reader(module_resources(module))
+    constant = constant_reader(lambda: module_resources(module))
     removed = 0
     for dq in onnx_view.ops_of(fn, "DequantizeLinear"):
         q = dq.operands[0].owner

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from collage_mlir.backends.iree import RETRIED as iree_retried
 from collage_mlir.backends.registry import GROUP as BACKEND_GROUP
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.cost import transition as transition_mod
@@ -97,12 +96,8 @@ negative): no longer written (`tensors.compare` names a mismatch of infinities o
 so a cached invalid row with it is measured again."""
 
 
-def _older_reason(error: str) -> bool:
-    """Whether an invalid row's reason is one an older version gave and this one would not:
-    NaN matched as wrong (`NAN_TAKEN_FOR_WRONG`), or an IREE compile failure from before the
-    regions a joint compile's error named were compiled again (no `iree.RETRIED` in it)."""
-    return error.startswith(NAN_TAKEN_FOR_WRONG) or (
-        "iree-compile " in error and iree_retried not in error)
+def _never(reason: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -116,6 +111,8 @@ class BackendInfo:
     batch: bool
     sys_path: tuple[str, ...] = ()
     capability_revision: int = 0
+    outdated_failure: Callable[[str], bool] = _never
+    """The backend's `Backend.outdated_failure`: which cached failures to measure again."""
 
 
 @dataclass
@@ -168,7 +165,8 @@ def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> Ba
         root = _module_root(spec["target"].partition(":")[0])
         roots = (root,) if root else ()
     return BackendInfo(spec, backend.name, backend.version, backend.cache_options(),
-                       shares_compiles(backend), roots, backend.capability_revision)
+                       shares_compiles(backend), roots, backend.capability_revision,
+                       type(backend).outdated_failure)
 
 
 def _worker_target(target: str, cls: type) -> str:
@@ -594,14 +592,22 @@ class MeasuringEstimator(CostEstimator):
                     said = True
                 self._sleep(CLAIM_POLL_S)
 
+    def _older_failure(self, m: Measurement) -> bool:
+        """Whether an invalid row's reason is one an older version gave and this one would
+        not: NaN matched as wrong (`NAN_TAKEN_FOR_WRONG`), or what its backend calls
+        outdated (`Backend.outdated_failure`)."""
+        info = self.backends.get(m.backend)
+        return m.error.startswith(NAN_TAKEN_FOR_WRONG) or (
+            info is not None and info.outdated_failure(m.error))
+
     def _is_hit(self, m: Measurement, bound: float | None = None) -> bool:
         """Whether a cached row stands for this run: not an error, not marked stale, not a
         timeout that is due again (`TIMEOUT_RETRY`, against this estimator's timeout), and
         not a timing that an earlier run cut short at its `stop_above` where this run needs
         the precision (`bound`: this run's; none, or one above the row's median), nor a
-        row refused for a reason an older version gave (`_older_reason`), nor,
+        row refused for a reason an older version gave (`_older_failure`), nor,
         when this run checks numbers, a row measured by a run that named no reference."""
-        if m.status == ERROR or m.stale or (m.status == INVALID and _older_reason(m.error)):
+        if m.status == ERROR or m.stale or (m.status == INVALID and self._older_failure(m)):
             return False
         if m.status == OK and not (m.median is not None and 0 <= m.median < math.inf):
             return False  # a row edited by hand or by another tool: measured again

@@ -10,7 +10,7 @@ are deterministic (`node_name(k)`) so a backend's per-node answers map back to g
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -135,13 +135,53 @@ def value_info(name: str, t: ir.Type) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, ELEMENT_TYPES[elem], dims)
 
 
-def attr_array(attr: ir.Attribute, resources: Callable[[], dict[str, bytes]]) -> np.ndarray:
+def attr_array(attr: ir.Attribute,
+               resources: Callable[[], Mapping[str, bytes | memoryview]]) -> np.ndarray:
     """Numpy value of a dense / dense_resource elements attribute."""
     if isinstance(attr, ir.DenseElementsAttr):
         elem = str(ir.ShapedType(attr.type).element_type)
         arr = np.array(attr)
         return arr.astype(onnx_view.NUMPY_DTYPES[elem]) if elem in onnx_view.NUMPY_DTYPES else arr
     return resource_array(attr, resources())
+
+
+Constant = Callable[[ir.Value], "np.ndarray | None"]
+"""The value of an operand an onnx.Constant op defines; None for any other operand."""
+
+_LIST_VALUES = {"value_int": np.int64, "value_ints": np.int64,
+                "value_float": np.float32, "value_floats": np.float32}
+"""onnx.Constant's other numeric spellings, with the element type ONNX gives each."""
+
+
+def constant_value(op: ir.Operation,
+                   resources: Callable[[], Mapping[str, bytes | memoryview]]) -> np.ndarray | None:
+    """The value an onnx.Constant op gives its result, whichever attribute spells it
+    (`value`, `value_int(s)`, `value_float(s)`); None for a string or sparse one.
+    `resources` is called only when the value is a blob; a blob it lacks raises KeyError."""
+    attrs = onnx_view.attributes(op)
+    if "value" in attrs:
+        return attr_array(attrs["value"], resources)
+    for key, dtype in _LIST_VALUES.items():
+        if key in attrs:
+            listed = key.endswith("s")
+            values = [_scalar(a) for a in (ir.ArrayAttr(attrs[key]) if listed else [attrs[key]])]
+            return np.array(values if listed else values[0], dtype=dtype)
+    return None
+
+
+def constant_reader(resources: Callable[[], Mapping[str, bytes | memoryview]]) -> Constant:
+    """A `Constant` over one module (`resources`: its blob table, read on first need); a
+    blob not at hand reads as None, like any operand whose value is unknown."""
+    def read(value: ir.Value) -> np.ndarray | None:
+        owner = value.owner
+        if not isinstance(owner, ir.Operation | ir.OpView) or \
+                onnx_view.op_type(owner.operation) != "Constant":
+            return None
+        try:
+            return constant_value(owner.operation, resources)
+        except (KeyError, ValueError):
+            return None
+    return read
 
 
 def _scalar(attr: ir.Attribute) -> int | float | str:

@@ -20,7 +20,7 @@ from collage_mlir.dialects import collage
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import function_name, io_names, public_functions
 from collage_mlir.errors import CollageError
-from collage_mlir.export.onnx_export import attr_array
+from collage_mlir.export.onnx_export import constant_value
 from collage_mlir.export.resources import module_resources
 from collage_mlir.tensors import IndexLimit, TensorSpec, argument_specs, index_limits
 
@@ -125,16 +125,16 @@ def build_plan(module: ir.Module) -> Plan:
 
 def _constant(op: ir.Operation, module: ir.Module) -> Constant:
     """An `onnx.Constant` outside the regions, as a plan constant."""
-    attr = onnx_view.attributes(op).get("value")
     where = f"constant {onnx_view.node_name(op) or op.results[0].get_name()}"
-    if attr is None:
-        raise CollageError(f"{where} has no tensor value")
 
     def read() -> np.ndarray:
         try:
-            return attr_array(attr, lambda: module_resources(module))
+            value = constant_value(op, lambda: module_resources(module))
         except (KeyError, ValueError) as e:
             raise CollageError(f"{where} cannot be read: {e}") from None
+        if value is None:
+            raise CollageError(f"{where} has no numeric value")
+        return value
     return Constant(read, str(op.results[0].type))
 
 

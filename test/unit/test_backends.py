@@ -396,6 +396,19 @@ def test_iree_compiles_nearest_resizes_by_whole_factors_as_broadcasts() -> None:
     assert "resize=expand" in backend.cache_options()
 
 
+def test_iree_reads_resize_scales_from_any_constant_spelling() -> None:
+    # scales given as Constant<value_floats> (as an older exporter writes them) are read
+    # like an initializer's: the Resize becomes a broadcast
+    graph = _graph('''g (float[1,3,4,5] x) => (float[1,3,8,10] y) {
+      s = Constant<value_floats = [1.0, 1.0, 2.0, 2.0]>()
+      y = Resize<mode="nearest", coordinate_transformation_mode="asymmetric",
+                 nearest_mode="floor">(x, , s)
+    }''')
+    module = SubGraph(graph, graph.op_bits).extract("up")
+    text = str(iree_backend.combine([module], cpu_rewrites=True)[0])
+    assert '"onnx.Resize"' not in text and text.count('"onnx.Expand"') == 1
+
+
 def test_iree_staged_inputs_keep_the_kernel_contract() -> None:
     # the GPU's way in (inputs copied into kernel-owned pinned buffers, reused call after
     # call), exercised here on IREE's host device, where that memory is host memory too

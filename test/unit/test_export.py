@@ -270,3 +270,46 @@ def test_backend_messages_get_the_onnx_names_of_exported_nodes():
     fn = find_function(region)
     assert with_onnx_names_of("Abs in node n0 (n1 is no op)", fn) == \
         "Abs in node n0 '/enc/Abs' (n1 is no op)"
+
+
+def test_constant_values_read_from_every_numeric_spelling() -> None:
+    # what OpenVINO's int32 check and IREE's Resize rewrite read: `value` (inline and as a
+    # blob, read only when asked for), value_int(s), value_float(s); a string has none
+    from collage_mlir.dialects import onnx as onnx_view
+    from collage_mlir.dialects.func import public_functions
+    from collage_mlir.export.onnx_export import constant_reader, constant_value
+    from collage_mlir.export.resources import module_resources
+
+    h, T = onnx.helper, onnx.TensorProto
+    big = np.arange(5000, dtype=np.float32)  # imported as a blob
+    nodes = [h.make_node("Constant", [], ["a"], value_int=3_000_000_000),
+             h.make_node("Constant", [], ["b"], value_ints=[-1, 0, 3_000_000_000]),
+             h.make_node("Constant", [], ["c"], value_float=0.5),
+             h.make_node("Constant", [], ["d"], value_floats=[1.5, -2.0]),
+             h.make_node("Constant", [], ["e"], value=onnx.numpy_helper.from_array(big)),
+             h.make_node("Identity", ["x"], ["y"])]
+    outs = [("y", T.FLOAT, [2]), ("a", T.INT64, []), ("b", T.INT64, [3]), ("c", T.FLOAT, []),
+            ("d", T.FLOAT, [2]), ("e", T.FLOAT, [5000])]
+    module = import_onnx(h.make_model(h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+        [h.make_tensor_value_info(*o) for o in outs]), opset_imports=[h.make_opsetid("", 17)]))
+    fn = public_functions(module)[0]
+    constants = onnx_view.ops_of(fn, "Constant")
+    asked = []
+    values = [constant_value(op, lambda: asked.append(1) or module_resources(module))
+              for op in constants]
+    by_shape = {v.shape: v for v in values}
+    assert by_shape[()].dtype in (np.int64, np.float32) and len(values) == 5
+    ints = [v for v in values if v.dtype == np.int64]
+    floats = [v for v in values if v.dtype == np.float32]
+    assert sorted(v.tolist() if v.ndim else [v.item()] for v in ints) == \
+        [[-1, 0, 3_000_000_000], [3_000_000_000]]
+    assert [v.tolist() for v in floats if v.size < 3] == [0.5, [1.5, -2.0]]
+    np.testing.assert_array_equal([v for v in floats if v.size == 5000][0], big)
+    assert 1 <= len(asked) == sum(str(onnx_view.attributes(op).get("value", "")).startswith(
+        "dense_resource") for op in constants)
+    read = constant_reader(lambda: module_resources(module))
+    assert read(fn.regions[0].blocks[0].arguments[0]) is None  # an input: no value
+    assert [read(op.results[0]) is not None for op in constants] == [True] * 5
+    missing = constant_reader(lambda: {})  # a blob not at hand: unknown, not an error
+    assert sum(missing(op.results[0]) is None for op in constants) == len(asked)

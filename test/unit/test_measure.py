@@ -557,26 +557,37 @@ OLD_IREE_FAILURE = ("compile failed: RuntimeError: iree-compile failed: regions.
                     "error: One or more operations with large vector sizes (16384 bytes)")
 
 
-@pytest.mark.parametrize("old_reason", ["nan", "iree"])
-def test_rows_refused_for_a_reason_an_older_version_gave_are_measured_again(
-        tmp_path, graph, old_reason):
-    """Matching NaNs taken as wrong, and IREE compile failures from before a region that a
-    joint compile's error named was compiled again: measured again; the same failure
-    written now (marked `RETRIED`) and other reasons stand."""
-    from collage_mlir.backends.iree import RETRIED
-    from collage_mlir.cost.cache import INVALID, Measurement
-    from collage_mlir.cost.measure import NAN_TAKEN_FOR_WRONG
+def test_iree_calls_its_compile_failures_from_before_the_retry_outdated():
+    from collage_mlir.backends.iree import RETRIED, IreeBackend, IreeCudaBackend
 
     now = OLD_IREE_FAILURE.replace(
         "iree-compile failed", f"{RETRIED}retried without --iree-opt-data-tiling) iree-compile failed")
+    for cls in (IreeBackend, IreeCudaBackend):
+        assert cls.outdated_failure(OLD_IREE_FAILURE) and not cls.outdated_failure(now)
+        assert not cls.outdated_failure("wrong numbers: max abs err 0.5 in output 0")
+
+
+@pytest.mark.parametrize("old_reason", ["nan", "backend"])
+def test_rows_refused_for_a_reason_an_older_version_gave_are_measured_again(
+        tmp_path, graph, monkeypatch, old_reason):
+    """Matching NaNs taken as wrong, and failures the row's backend calls outdated
+    (`Backend.outdated_failure`, here a test rule): measured again; other reasons, and
+    another backend's outdated ones, stand."""
+    from fault_backend import NumpyTestBackend
+
+    from collage_mlir.cost.cache import INVALID, Measurement
+    from collage_mlir.cost.measure import NAN_TAKEN_FOR_WRONG
+
+    monkeypatch.setattr(NumpyTestBackend, "outdated_failure",
+                        classmethod(lambda cls, reason: reason.startswith("before the fix")))
     why_old = {"nan": f"{NAN_TAKEN_FOR_WRONG} in output 0 (max |ref| 1.75, rtol 0.01)",
-               "iree": OLD_IREE_FAILURE}[old_reason]
+               "backend": "before the fix: compile failed"}[old_reason]
     with estimator(tmp_path, [NUMPY]) as est:
         cands = single_op(graph, "numpy_test")[:3]
         rows = [Measurement(
             key=est.key(c), region="r", backend="numpy_test", version="1", options="",
             host="h", signature="Relu", status=INVALID, error=why) for c, why in zip(
-                cands, [why_old, "wrong numbers: max abs err 0.5 in output 0", now],
+                cands, [why_old, "wrong numbers: max abs err 0.5 in output 0", OLD_IREE_FAILURE],
                 strict=True)]
         for row in rows:
             est.cache.put(row)

@@ -455,6 +455,19 @@ func.func @f(%arg0: {T}) -> ({T}, {T}) {{
     assert not constant.value.flags.writeable
 
 
+def test_a_returned_constant_of_value_ints_is_read():
+    # Constant<value_ints> returned as a model output had "no tensor value" in the plan
+    from collage_mlir.runtime.plan import build_plan
+
+    module = collage_mlir.parse_mlir(f"""
+func.func @f(%arg0: {T}) -> ({T}, !torch.vtensor<[2],si64>) {{
+  %k = torch.operator "onnx.Constant"() {{torch.onnx.value_ints = [3000000000 : si64, -1 : si64]}} : () -> !torch.vtensor<[2],si64>
+  return %arg0, %k : {T}, !torch.vtensor<[2],si64>
+}}""")
+    (slot, constant), = build_plan(module).constants.items()
+    assert constant.value.dtype == np.int64 and constant.value.tolist() == [3_000_000_000, -1]
+
+
 def test_a_kernel_raising_at_run_time_is_named_by_region_and_onnx_node(model):
     """A backend's exception while running (a saved model's kernel, new inputs) reached the
     command line as an internal error quoting only the exported node name."""
