@@ -105,6 +105,12 @@ def tensor_type(t: ir.Type) -> tuple[tuple[int, ...] | None, str] | None:
     return shape, m.group(2)
 
 
+def element(value: ir.Value) -> str:
+    """A value's element type ("f32", "si64", …); "" for a non-tensor (an omitted input)."""
+    parsed = tensor_type(value.type)
+    return parsed[1] if parsed is not None else ""
+
+
 def element_bytes(element: str) -> int:
     """Bytes per element of an element type, numpy-less ones included (bf16: 2, f8E5M2: 1);
     4 when the spelling carries no width."""

@@ -33,7 +33,7 @@ from collage_mlir.backends.base import (
     usable_cores,
 )
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.export.onnx_export import constant_reader
+from collage_mlir.export.onnx_export import Constant, constant_reader
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
@@ -231,6 +231,36 @@ def iree_capability(graph: DataflowGraph) -> int:
             _support[sig] = False
     _accepts(probes, list(probes))
     return sum(1 << i for i, sig in sig_of.items() if _support.get(sig))
+
+
+UNSIGNED_AS_SIGNED = frozenset({"Abs", "Div", "Mod", "Clip", "TopK"})
+"""Ops IREE's ONNX input conversion computes on unsigned integers as on signed ones (uint8
+255 / 169 gave 0, Abs(uint8 255) gave 1)."""
+
+
+def miscomputed(node: Node, constant: Constant) -> str:
+    """Why IREE computes `node` otherwise than ONNX says ("" when it does not), so that it
+    is not offered (CPU and GPU alike: the conversion is shared): `UNSIGNED_AS_SIGNED` ops;
+    an integer Neg in float32 (wrong past 2**24; int8 -(-128) gave 127); an integer Pow
+    through floats ((-3) ** 3 gave INT32_MIN); a Pow whose exponent is not a constant,
+    which gives NaN for a negative base raised to a whole exponent ((-3) ** 2.0)."""
+    base = onnx_view.element(node.op.operands[0]) if len(node.op.operands) else ""
+    if node.op_type in UNSIGNED_AS_SIGNED and base.startswith("ui"):
+        return f"computes an unsigned {node.op_type} as signed"
+    if node.op_type == "Neg" and base.startswith("si"):
+        return "computes an integer Neg in float32 (wrong past 2**24)"
+    if node.op_type == "Pow" and base[:2] in ("si", "ui"):
+        return "computes an integer Pow through floats"
+    if node.op_type == "Pow" and constant(node.op.operands[1]) is None:
+        return ("gives NaN for a negative base raised to a whole exponent unless the "
+                "exponent is a constant")
+    return ""
+
+
+def miscomputed_nodes(graph: DataflowGraph) -> int:
+    """The op nodes `miscomputed` gives a reason for, as a bitset."""
+    constant = constant_reader(lambda: module_resources(graph.func_op.parent))
+    return sum(1 << n.index for n in graph.op_nodes() if miscomputed(n, constant))
 
 
 # -- modules ----------------------------------------------------------------------------
@@ -434,8 +464,14 @@ class IreeBackend(Backend):
         tied = any(f.startswith("--iree-llvmcpu-target-cpu") for f in self.flags)
         return cpu_identity() if tied else ""
 
+    capability_revision = 1  # ops it computes otherwise are left out (`miscomputed_nodes`)
+
     def capability(self, graph: DataflowGraph) -> int:
-        return iree_capability(graph)
+        return iree_capability(graph) & ~miscomputed_nodes(graph)
+
+    def refusal(self, graph: DataflowGraph, node: int) -> str:
+        constant = constant_reader(lambda: module_resources(graph.func_op.parent))
+        return miscomputed(graph.nodes[node], constant) or super().refusal(graph, node)
 
     def _load(self, vmfb_path: Path) -> tuple[Any, Any]:
         """(a context running the vmfb at `vmfb_path`, the vmfb's bytes): the file is mapped,

@@ -33,8 +33,8 @@ from collage_mlir.backends.base import (
     cpu_identity,
     usable_cores,
 )
+from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function, io_names
-from collage_mlir.dialects.onnx import tensor_type
 from collage_mlir.export import export_function, export_graph, node_name
 from collage_mlir.export.onnx_export import Constant, constant_reader
 from collage_mlir.export.resources import model_source, module_resources, store_of
@@ -173,13 +173,17 @@ SHAPE_OPERANDS = {
     "ConstantOfShape": frozenset({0})}
 """Operands OpenVINO reads as shapes, axes, indices or counts, not values to compute with
 (a Slice's end of INT64_MAX, as exporters write it, is clamped, not wrapped)."""
+FLOAT_INSIDE = frozenset({"Div", "Pow", "Relu", "Clip", "MatMul", "ReduceMax", "ReduceMin",
+                          "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1",
+                          "ReduceSumSquare"})
+"""Ops OpenVINO's CPU plugin computes in float32 on 32- and 64-bit integers, exact only to
+2**24 (an int32 Relu of 50773491 gave 50773492; an int64 ReduceMax of values inside int32
+was rounded)."""
+SATURATING = frozenset({"Add", "Sub", "Mul", "Sum", "Neg", "Abs", "Pow"})
+"""Ops it computes on 8-bit integers saturating where ONNX wraps (uint8 6 - 40 gave 0, not
+222; int8 -(-128) gave 127); a left BitShift too."""
 NARROW_INTS = frozenset({"i1", "si8", "si16", "si32", "ui8", "ui16"})
 """Element types a Cast to a WIDE_INTS type keeps inside int32."""
-
-
-def _element(v: Any) -> str:
-    parsed = tensor_type(v.type)
-    return parsed[1] if parsed is not None else ""
 
 
 def _may_pass_int32(node: Node, constant: Constant) -> bool:
@@ -189,15 +193,15 @@ def _may_pass_int32(node: Node, constant: Constant) -> bool:
     reads an operand's value, None when it is not a constant) that it computes with (not a
     SHAPE_OPERANDS one). A region's inputs are checked at run time
     (`_require_int32_range`)."""
-    made = {_element(r) for r in node.op.results} & WIDE_INTS
+    made = {onnx_view.element(r) for r in node.op.results} & WIDE_INTS
     if made and node.op_type in ("Cast", "CastLike"):
-        source = _element(node.op.operands[0])
+        source = onnx_view.element(node.op.operands[0])
         if source not in NARROW_INTS and not (source == "si64" and made == {"si64"}):
             return True
     elif made and node.op_type not in COPYING:
         return True
     skipped = SHAPE_OPERANDS.get(node.op_type, frozenset())
-    return any(_element(v) in WIDE_INTS and _past_int32(constant(v))
+    return any(onnx_view.element(v) in WIDE_INTS and _past_int32(constant(v))
                for k, v in enumerate(node.op.operands) if k not in skipped)
 
 
@@ -210,17 +214,29 @@ def _miscomputed(node: Node, constant: Constant) -> str:
     """Why OpenVINO's CPU plugin computes `node` otherwise than ONNX says ("" when it does
     not), so that it is not offered: float64 values are computed in float32; 64-bit and
     uint32 integers in int32, so a value past int32 would wrap unseen (`_may_pass_int32`);
-    an integer Mod in float32 (2**24 + 1 mod 10 gave 6); an LSTM's peepholes (its input P)
-    are dropped (1.5% off on ONNX's own test, 20% with larger P)."""
+    an integer Mod (2**24 + 1 mod 10 gave 6) and 32- and 64-bit `FLOAT_INSIDE` ops in
+    float32; 8-bit `SATURATING` ones saturating; an LSTM's peepholes (its input P) are
+    dropped (1.5% off on ONNX's own test, 20% with larger P)."""
     if node.op_type == "LSTM" and len(node.operands) > 7 and node.operands[7] is not None:
         return "drops an LSTM's peepholes (input P)"
-    if "f64" in (_element(v) for v in (*node.op.operands, *node.op.results)):
+    if "f64" in (onnx_view.element(v) for v in (*node.op.operands, *node.op.results)):
         return "computes float64 in float32"
-    if node.op_type == "Mod" and _element(node.op.operands[0])[:2] in ("si", "ui"):
+    if node.op_type == "Mod" and onnx_view.element(node.op.operands[0])[:2] in ("si", "ui"):
         return "computes an integer Mod in float32 (wrong past 2**24)"
+    made = {onnx_view.element(r) for r in node.op.results}
+    if node.op_type in FLOAT_INSIDE and made & {"si32", "ui32", "si64", "ui64"}:
+        return f"computes an integer {node.op_type} in float32 (wrong past 2**24)"
+    if made & {"si8", "ui8"} and (node.op_type in SATURATING or (
+            node.op_type == "BitShift" and _left_shift(node.op))):
+        return f"computes an 8-bit integer {node.op_type} saturating (ONNX wraps)"
     if _may_pass_int32(node, constant):
         return "computes 64-bit integers in int32 (a value past int32 would wrap)"
     return ""
+
+
+def _left_shift(op: Any) -> bool:
+    direction = onnx_view.attributes(op).get("direction")
+    return direction is not None and onnx_view.attribute_value(direction) == "LEFT"
 
 
 def _miscomputed_nodes(graph: DataflowGraph) -> int:
@@ -327,7 +343,7 @@ class OpenVinoBackend(Backend):
 
     name = "openvino"
     kind = BackendKind.GRAPH
-    capability_revision = 4  # ops it computes otherwise are left out (`_miscomputed_nodes`)
+    capability_revision = 5  # ops it computes otherwise are left out (`_miscomputed_nodes`)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

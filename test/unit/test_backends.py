@@ -872,6 +872,86 @@ def test_openvino_takes_no_op_that_can_make_a_value_past_int32():
     assert "64-bit integers in int32" in _backend("openvino").refusal(graph, mul)
 
 
+def _named_ops(text: str, backend: str) -> dict[str, str | None]:
+    """Each graph output's name → None where `backend` is offered the op making it, else
+    the backend's reason for leaving it out."""
+    from collage_mlir.dialects.func import io_names
+
+    graph = _graph(text, opset=18)
+    b = _backend(backend)
+    bits = b.capability(graph)
+    returned = list(graph.func_op.regions[0].blocks[0].operations)[-1].operands
+    node_of = {n.op: n.index for n in graph.op_nodes()}
+    return {name: None if bits >> node_of[v.owner] & 1 else b.refusal(graph, node_of[v.owner])
+            for name, v in zip(io_names(graph.func_op)[1], returned, strict=True)}
+
+
+INTEGER_OPS = '''g (int32[8] i, int64[8] j, uint8[8] b, int8[8] c, int16[8] s, uint16[8] us,
+       uint32[8] u, float[8] x, float[8] e)
+    => (int32[8] relu_i32, int64 reducemax_i64, int32[8] clip_i32,
+        int32[8] div_i32, uint8[8] add_u8, uint8[8] sub_u8, int8[8] mul_i8,
+        int8[8] neg_i8, uint8[8] shl_u8, uint8[8] shr_u8, int16[8] add_i16,
+        int32[8] max_i32, int32[8] add_i32, int8[8] relu_i8, int8[8] max_i8,
+        uint8[8] abs_u8, uint16[8] div_u16, uint32[8] mod_u32,
+        uint8[8] clip_u8, int64[8] neg_i64, int32[8] pow_i32,
+        float[8] pow_tensor, int8[8] abs_i8, int64[8] div_i64, float[8] neg_f32,
+        float[8] pow_const, uint32[8] max_u32, uint16[8] add_u16)
+    <uint8[8] k = {1, 2, 3, 1, 2, 3, 1, 2}, int32 lo = {0}, int32 hi = {100},
+     uint8 lo8 = {3}, uint8 hi8 = {100}, float two = {2.0}> {
+  relu_i32 = Relu(i)
+  reducemax_i64 = ReduceMax<keepdims = 0>(j)
+  clip_i32 = Clip(i, lo, hi)
+  div_i32 = Div(i, i)
+  add_u8 = Add(b, b)
+  sub_u8 = Sub(b, k)
+  mul_i8 = Mul(c, c)
+  neg_i8 = Neg(c)
+  shl_u8 = BitShift<direction = "LEFT">(b, k)
+  shr_u8 = BitShift<direction = "RIGHT">(b, k)
+  add_i16 = Add(s, s)
+  max_i32 = Max(i, i)
+  add_i32 = Add(i, i)
+  relu_i8 = Relu(c)
+  max_i8 = Max(c, c)
+  abs_u8 = Abs(b)
+  div_u16 = Div(us, us)
+  mod_u32 = Mod(u, u)
+  clip_u8 = Clip(b, lo8, hi8)
+  neg_i64 = Neg(j)
+  pow_i32 = Pow(i, i)
+  pow_tensor = Pow(x, e)
+  abs_i8 = Abs(c)
+  div_i64 = Div(j, j)
+  neg_f32 = Neg(x)
+  pow_const = Pow(x, two)
+  max_u32 = Max(u, u)
+  add_u16 = Add(us, us)
+}'''
+OPENVINO_WRONG = {"relu_i32", "reducemax_i64", "clip_i32", "div_i32",
+                  "add_u8", "sub_u8", "mul_i8", "neg_i8", "shl_u8",
+                  "mod_u32", "pow_i32", "neg_i64", "div_i64",
+                  "abs_i8", "abs_u8"}
+"""Its wrong ones: mod_u32, neg_i64 and div_i64 were left out before (64-bit arithmetic,
+integer Mod); an 8-bit Abs saturates at -128 (uint8 ones are left out alike)."""
+IREE_WRONG = {"abs_u8", "div_u16", "mod_u32", "clip_u8", "neg_i64",
+              "neg_i8", "pow_i32", "pow_tensor"}
+
+
+@pytest.mark.parametrize("backend, wrong", [("openvino", OPENVINO_WRONG), ("iree", IREE_WRONG)])
+def test_no_backend_is_offered_integer_ops_it_computes_otherwise(backend, wrong):
+    """A sweep of every integer type through each op, against onnxruntime, found wrong
+    numbers with rc 0 that made-up inputs rarely show. OpenVINO computes int32 Relu, Clip,
+    Div, Pow, MatMul and the reductions in float32 (an int32 Relu of 50773491 gave
+    50773492) and 8-bit arithmetic saturating (uint8 6 - 40 gave 0); IREE computes unsigned
+    Abs, Div, Mod, Clip, TopK as signed (uint8 255 / 169 gave 0), integer Neg in float32
+    and integer Pow through floats ((-3) ** 3 gave INT32_MIN), and a Pow whose exponent is
+    not a constant gives NaN for a negative base ((-3) ** 2.0). None is offered now; the
+    others still are."""
+    refused = _named_ops(INTEGER_OPS, backend)
+    assert {name for name, why in refused.items() if why} == wrong
+    assert all(refused[name].startswith(("computes", "gives NaN")) for name in wrong), refused
+
+
 def test_openvino_refuses_a_uint32_input_past_int32_at_run_time():
     graph = _graph("g (uint32[2] a) => (uint32[2] y) { y = Identity(a) }")
     kernel = _backend("openvino").compile(SubGraph(graph, graph.op_bits).extract("r"))
