@@ -242,8 +242,9 @@ def miscomputed(node: Node, constant: Constant) -> str:
     """Why IREE computes `node` otherwise than ONNX says ("" when it does not), so that it
     is not offered (CPU and GPU alike: the conversion is shared): `UNSIGNED_AS_SIGNED` ops;
     an integer Neg in float32 (wrong past 2**24; int8 -(-128) gave 127); an integer Pow
-    through floats ((-3) ** 3 gave INT32_MIN); a Pow whose exponent is not a constant,
-    which gives NaN for a negative base raised to a whole exponent ((-3) ** 2.0)."""
+    through floats ((-3) ** 3 gave INT32_MIN); a Pow whose exponent is not one constant
+    value: computed as exp(y log x), it gives NaN for a negative base raised to a whole
+    exponent ((-3) ** 2.0) and for 0 ** 0."""
     base = onnx_view.element(node.op.operands[0]) if len(node.op.operands) else ""
     if node.op_type in UNSIGNED_AS_SIGNED and base.startswith("ui"):
         return f"computes an unsigned {node.op_type} as signed"
@@ -251,10 +252,14 @@ def miscomputed(node: Node, constant: Constant) -> str:
         return "computes an integer Neg in float32 (wrong past 2**24)"
     if node.op_type == "Pow" and base[:2] in ("si", "ui"):
         return "computes an integer Pow through floats"
-    if node.op_type == "Pow" and constant(node.op.operands[1]) is None:
-        return ("gives NaN for a negative base raised to a whole exponent unless the "
-                "exponent is a constant")
+    if node.op_type == "Pow" and not _one_value(constant(node.op.operands[1])):
+        return ("gives NaN for a negative or zero base unless the exponent is one "
+                "constant value")
     return ""
+
+
+def _one_value(value: np.ndarray | None) -> bool:
+    return value is not None and value.size > 0 and bool((value == value.flat[0]).all())
 
 
 def miscomputed_nodes(graph: DataflowGraph) -> int:
