@@ -130,6 +130,11 @@ def load_inputs(specs: list[str]) -> dict[str, np.ndarray] | list[np.ndarray]:
     return [_load_npy(s) for s in specs]
 
 
+def input_files(specs: list[str]) -> list[str]:
+    """The files `--inputs` names (`load_inputs`' forms: FILE.npz, name=FILE, FILE)."""
+    return [s.split("=", 1)[1] if "=" in s else s for s in specs]
+
+
 def _load_npz(path: str) -> dict[str, np.ndarray]:
     _require_numpy_file(path)
     try:

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from collage_mlir.errors import CollageError, one_line
+from collage_mlir.paths import user_path
 from collage_mlir.tools.args import (
     add_inputs_argument,
     check_output_dir,
     check_output_file,
+    input_files,
     load_inputs,
     positive_int,
 )
@@ -56,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         check_output_file(args.json)
     model = load(args.model_dir)
+    files = output_files(model.output_names)
+    if args.save_outputs:
+        _require_inputs_kept(Path(args.save_outputs), files, model.output_names, args.inputs)
     inputs = (load_inputs(args.inputs) if args.inputs
               else model_inputs(model.module))
     outputs = model.run(inputs)
-    files = output_files(model.output_names)
     for name, file, out in zip(model.output_names, files, outputs, strict=True):
         summary = (f"mean={float(np.mean(out)):.6g} max={float(np.max(out)):.6g}" if out.size
                    else "empty")
@@ -85,6 +89,17 @@ def run(args: argparse.Namespace) -> int:
                                            chain_s=chain)), args.json,
                    getattr(args, "json_stream", None))
     return 0
+
+
+def _require_inputs_kept(folder: Path, files: list[str], names: list[str],
+                         inputs: list[str]) -> None:
+    """Refuse a --save-outputs folder where an output's file would replace an input file."""
+    given = {user_path(f).resolve(): f for f in input_files(inputs)}
+    for name, file in zip(names, files, strict=True):
+        target = (user_path(str(folder)) / file).resolve()
+        if target in given:
+            raise CollageError(f"--save-outputs {folder}: output '{name}' would overwrite "
+                               f"the input file {given[target]}: save the outputs elsewhere")
 
 
 def output_files(names: list[str]) -> list[str]:

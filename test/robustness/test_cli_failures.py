@@ -387,6 +387,22 @@ def test_outputs_are_not_saved_into_a_saved_model_and_a_failed_save_is_one_line(
                    "y.npy: cannot save the output")
 
 
+def test_outputs_never_replace_the_given_input_files(work) -> None:
+    """`run --inputs io/y.npy --save-outputs io` wrote the output y over the input file."""
+    io = work / "io"
+    io.mkdir()
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(io / "y.npy", x)
+    for given in (str(io / "y.npy"), f"x={work / 'io' / '..' / 'io' / 'y.npy'}"):
+        one_line_error(cli("run", str(work / "out"), "--inputs", given, "--save-outputs",
+                           str(io)), "output 'y' would overwrite the input file")
+    np.testing.assert_array_equal(np.load(io / "y.npy"), x)
+    r = cli("run", str(work / "out"), "--inputs", str(io / "y.npy"), "--save-outputs",
+            str(work / "io_out"))
+    assert r.returncode == 0, r.stderr
+    assert (np.load(work / "io_out" / "y.npy") >= 0).all()  # a Relu's output
+
+
 @pytest.mark.parametrize(("files", "args", "says"), [
     ({"x.npz": "npy"}, ["x.npz"], "holds one array (.npy), not an .npz archive"),
     ({"x.npz": b"PK\x03\x04garbage"}, ["x.npz"], "cannot read .npz inputs: BadZipFile"),
