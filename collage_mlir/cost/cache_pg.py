@@ -22,8 +22,10 @@ URL with its password masked, and what to do.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -34,10 +36,15 @@ from collage_mlir.cost.storage import SCHEMA_VERSION, CacheStore
 from collage_mlir.errors import CollageError, first_line
 
 CONNECT_TIMEOUT_S = 10
-RECONNECT_S = 60.0
-"""How long a run waits for a server that closed its connection to take a new one."""
 """Seconds to wait for the server before giving up (unless the URL says
 `connect_timeout`)."""
+RECONNECT_S = 60.0
+"""How long a run waits for a server that closed its connection to take a new one."""
+ANSWER_TIMEOUT_S = 120.0
+"""How long one call (a read, or a write with its wait for the cache's lock) may go
+unanswered before its connection is cut: libpq waits forever on a server that stopped
+mid-call (it cannot enforce its own statement_timeout then), and on a writer that stopped
+holding the lock."""
 _LOCK = 0x636F6C6C616765  # "collage": the advisory lock every writer of a cache takes
 _TABLES = ("measurements", "transitions", "capabilities", "claims", "meta")
 
@@ -116,6 +123,9 @@ class PostgresCache(CacheStore):
         self._psycopg = psycopg
         self.read_errors = (psycopg.Error, ValueError, TypeError)
         self._turn = threading.RLock()  # a transaction is not interleaved with other threads'
+        self.answer_timeout_s = ANSWER_TIMEOUT_S
+        self._depth = 0  # calls inside calls: the outermost one holds the deadline
+        self._unanswered = False
         self._conn = self._connect()
         try:
             if readonly:
@@ -221,10 +231,48 @@ class PostgresCache(CacheStore):
     def _lost_is_an_error(self) -> Iterator[None]:
         try:
             with self._turn:
-                self._revive()
-                yield
+                if self._depth == 0:
+                    self._revive()
+                with self._deadline():
+                    yield
         except self._psycopg.OperationalError as e:
+            if self._unanswered:
+                raise CollageError(
+                    f"{self.location}: no answer from PostgreSQL in "
+                    f"{self.answer_timeout_s:.0f} s (the server, or a run holding the "
+                    "cache's lock, stopped answering); the connection was cut") from None
             raise self._failed("lost the connection to PostgreSQL", e) from None
+
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """Cut the connection's socket when the outermost call is not answered in time
+        (`ANSWER_TIMEOUT_S`): the waiting read then fails instead of hanging."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self._unanswered = False
+        conn = self._conn
+
+        def cut() -> None:
+            self._unanswered = True
+            with contextlib.suppress(OSError, ValueError, self._psycopg.Error):
+                fd = os.dup(conn.pgconn.socket)
+                with socket.socket(fileno=fd) as s:
+                    s.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.answer_timeout_s, cut)
+        timer.daemon = True
+        self._depth = 1
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            self._depth = 0
 
     @contextmanager
     def _write(self) -> Iterator[None]:

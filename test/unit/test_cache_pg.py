@@ -172,6 +172,31 @@ def test_a_connection_the_server_closed_is_made_again_and_a_lost_one_is_one_line
             c.get("k")
 
 
+def test_a_server_that_stops_answering_mid_call_is_one_line_not_a_hang(server):
+    """A server frozen in the middle of a call (a stopped process, a host gone silent)
+    hung the run forever: libpq waits, and the server cannot enforce its own
+    statement_timeout. The call's connection is now cut after `answer_timeout_s`, and the
+    next call connects again."""
+    import signal
+
+    url = server.new_database()
+    with open_cache(url) as c:
+        c.answer_timeout_s = 1.0
+        pid = c._rows("SELECT pg_backend_pid()")[0][0]
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except PermissionError:
+            pytest.skip("cannot stop the server's process here")
+        try:
+            start = time.monotonic()
+            with pytest.raises(CollageError, match="no answer from PostgreSQL in 1 s"):
+                c.get("k")
+            assert time.monotonic() - start < 30
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert c.get("k") is None  # on a new connection
+
+
 @pytest.mark.parametrize("url, says", [
     ("POSTGRESQL://collage:TopSecret99@127.0.0.1:{port}/c1", "Connection refused"),
     ("postgresql://collage:Top%Secret@127.0.0.1:{port}/c1", "invalid percent-encoded"),
