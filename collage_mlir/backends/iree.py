@@ -419,6 +419,7 @@ class IreeBackend(Backend):
 
     name = "iree"
     kind = BackendKind.COMPILER
+    capability_revision = 1  # ops it computes otherwise are left out (`miscomputed_nodes`)
     target = "llvm-cpu"
     driver = DRIVER
     cpu_rewrites = True
@@ -468,8 +469,6 @@ class IreeBackend(Backend):
         illegal instruction."""
         tied = any(f.startswith("--iree-llvmcpu-target-cpu") for f in self.flags)
         return cpu_identity() if tied else ""
-
-    capability_revision = 1  # ops it computes otherwise are left out (`miscomputed_nodes`)
 
     def capability(self, graph: DataflowGraph) -> int:
         return iree_capability(graph) & ~miscomputed_nodes(graph)
