@@ -33,7 +33,7 @@ from collage_mlir.backends.base import (
     usable_cores,
 )
 from collage_mlir.dialects import onnx as onnx_view
-from collage_mlir.export.onnx_export import Constant, constant_reader
+from collage_mlir.export.onnx_export import Constant, constant_reader, graph_constants
 from collage_mlir.export.resources import materialize, module_resources
 from collage_mlir.graph.dataflow import DataflowGraph, Node, NodeKind
 from collage_mlir.graph.subgraph import SubGraph
@@ -264,7 +264,7 @@ def _one_value(value: np.ndarray | None) -> bool:
 
 def miscomputed_nodes(graph: DataflowGraph) -> int:
     """The op nodes `miscomputed` gives a reason for, as a bitset."""
-    constant = constant_reader(lambda: module_resources(graph.func_op.parent))
+    constant = graph_constants(graph)
     return sum(1 << n.index for n in graph.op_nodes() if miscomputed(n, constant))
 
 
@@ -474,7 +474,7 @@ class IreeBackend(Backend):
         return iree_capability(graph) & ~miscomputed_nodes(graph)
 
     def refusal(self, graph: DataflowGraph, node: int) -> str:
-        constant = constant_reader(lambda: module_resources(graph.func_op.parent))
+        constant = graph_constants(graph)
         return miscomputed(graph.nodes[node], constant) or super().refusal(graph, node)
 
     def _load(self, vmfb_path: Path) -> tuple[Any, Any]:

@@ -36,8 +36,8 @@ from collage_mlir.backends.base import (
 from collage_mlir.dialects import onnx as onnx_view
 from collage_mlir.dialects.func import find_function, io_names
 from collage_mlir.export import export_function, export_graph, node_name
-from collage_mlir.export.onnx_export import Constant, constant_reader
-from collage_mlir.export.resources import model_source, module_resources, store_of
+from collage_mlir.export.onnx_export import Constant, graph_constants
+from collage_mlir.export.resources import model_source, store_of
 from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, Node
 from collage_mlir.graph.subgraph import SubGraph
@@ -244,13 +244,8 @@ def _left_shift(op: Any) -> bool:
 
 def _miscomputed_nodes(graph: DataflowGraph) -> int:
     """The op nodes `_miscomputed` gives a reason for, as a bitset."""
-    constant = _constants(graph)
+    constant = graph_constants(graph)
     return sum(1 << n.index for n in graph.op_nodes() if _miscomputed(n, constant))
-
-
-def _constants(graph: DataflowGraph) -> Constant:
-    """The graph's `Constant` reader (its module's blob table read on first need)."""
-    return constant_reader(lambda: module_resources(graph.func_op.parent))
 
 
 SAME_CODE = SimpleNamespace(rtol=1e-4, atol_scale=1e-5)
@@ -416,7 +411,7 @@ class OpenVinoBackend(Backend):
         return cpu_identity()
 
     def refusal(self, graph: DataflowGraph, node: int) -> str:
-        return (_miscomputed(graph.nodes[node], _constants(graph))
+        return (_miscomputed(graph.nodes[node], graph_constants(graph))
                 or super().refusal(graph, node))
 
     def _capability_by_probe(self, graph: DataflowGraph) -> int:

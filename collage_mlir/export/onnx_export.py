@@ -184,6 +184,11 @@ def constant_reader(resources: Callable[[], Mapping[str, bytes | memoryview]]) -
     return read
 
 
+def graph_constants(graph: DataflowGraph) -> Constant:
+    """The `Constant` reader of `graph`'s module (its blob table read on first need)."""
+    return constant_reader(lambda: module_resources(graph.func_op.parent))
+
+
 def _scalar(attr: ir.Attribute) -> int | float | str:
     if isinstance(attr, ir.BoolAttr):
         return int(attr.value)
