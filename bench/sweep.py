@@ -1,18 +1,20 @@
-"""How the cache sweep before each timed call (`MeasureSettings.cold_bytes`) moves the
-measure table, and what it costs.
+"""How a timing setting (`MeasureSettings`: the cache sweep before each timed call by
+default, or any other field) moves the measure table, and what it costs.
 
-Measures a model's single-op candidates on each backend once per sweep size and repeat, on
+Measures a model's single-op candidates on each backend once per setting and repeat, on
 a fresh cache each time, in a balanced order (A B B A ...) so that the VM's drift hits the
-sizes alike. Prints, per size: the measure phase's seconds, and each candidate's median
-against the first size's (geomean and quartiles of the ratio); the two repeats of one size
-give the noise (their own ratio, the same way).
+settings alike. Prints, per setting: the measure phase's seconds, and each candidate's
+median against the first setting's (geomean and quartiles of the ratio); the two repeats
+of one setting give the noise (their own ratio, the same way).
 
     python bench/sweep.py MODEL.onnx [--sizes 64,16] [--reps 2] [--backends onnxruntime,openvino]
+    python bench/sweep.py MODEL.onnx --vary settle=0.02,0.03
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import tempfile
@@ -31,14 +33,14 @@ from collage_mlir.importer import import_onnx
 MIB = 1 << 20
 
 
-def measure(path: str, backends: list[str], cold_bytes: int) -> tuple[float, dict]:
-    """Seconds to measure every single-op candidate of `path` on `backends` after sweeps of
-    `cold_bytes`, on a fresh cache; and (node, backend) → median seconds."""
+def measure(path: str, backends: list[str], settings: MeasureSettings) -> tuple[float, dict]:
+    """Seconds to measure every single-op candidate of `path` on `backends` with
+    `settings`, on a fresh cache; and (node, backend) → median seconds."""
     module = import_onnx(path)
     graph = DataflowGraph(public_functions(module)[0], owner=module)
     with tempfile.TemporaryDirectory() as tmp:
         est = MeasuringEstimator(backends, cache_path=Path(tmp) / "cache.sqlite",
-                                 settings=MeasureSettings(cold_bytes=cold_bytes))
+                                 settings=settings)
         with est:
             caps = {b: est.capability(graph, b) for b in backends}
             cands = [CandidatePartition(SubGraph(graph, 1 << n.index), b, "single-op")
@@ -62,34 +64,53 @@ def describe(r: list[float]) -> str:
     return f"geomean {geo:.3f}, quartiles {q1:.3f} / {q2:.3f} / {q3:.3f} over {len(r)}"
 
 
+def variants(sizes: str, vary: str | None) -> dict[str, MeasureSettings]:
+    """Label → settings: `vary` ("FIELD=V1,V2,...", a `MeasureSettings` field) if given,
+    else the sweep `sizes` in MiB."""
+    if vary is None:
+        return {f"sweep {s} MiB": MeasureSettings(cold_bytes=int(float(s) * MIB))
+                for s in sizes.split(",")}
+    field, _, values = vary.partition("=")
+    kind = {f.name: type(getattr(MeasureSettings(), f.name))
+            for f in dataclasses.fields(MeasureSettings)}.get(field)
+    if kind is None or not values:
+        raise SystemExit(f"--vary {vary}: expected FIELD=V1,V2 with FIELD one of "
+                         f"{', '.join(f.name for f in dataclasses.fields(MeasureSettings))}")
+    return {f"{field}={v}": MeasureSettings(**{field: kind(float(v))})
+            for v in values.split(",")}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
     p.add_argument("--sizes", default="64,16", help="sweep sizes in MiB, the first the base")
+    p.add_argument("--vary", metavar="FIELD=V1,V2",
+                   help="another MeasureSettings field to vary instead, the first the base")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--backends", default="onnxruntime,openvino")
     args = p.parse_args()
-    sizes = [int(float(s) * MIB) for s in args.sizes.split(",")]
+    settings = variants(args.sizes, args.vary)
+    labels = list(settings)
     backends = args.backends.split(",")
     order = []
-    for rep in range(args.reps):  # A B B A: each size as often early as late
-        order += [(s, rep) for s in (sizes if rep % 2 == 0 else sizes[::-1])]
-    runs: dict[int, list[tuple[float, dict]]] = {s: [] for s in sizes}
-    for size, rep in order:
-        took, medians = measure(args.model, backends, size)
-        runs[size].append((took, medians))
-        print(f"sweep {size // MIB} MiB, repeat {rep + 1}: {took:.1f} s, "
-              f"{len(medians)} candidates", flush=True)
-    base = runs[sizes[0]]
-    for size in sizes:
-        took = statistics.fmean(t for t, _ in runs[size])
-        line = f"sweep {size // MIB:>3} MiB: measure {took:.1f} s"
-        if size != sizes[0]:
-            pairs = [ratios(b[1], r[1]) for b, r in zip(base, runs[size], strict=True)]
+    for rep in range(args.reps):  # A B B A: each setting as often early as late
+        order += [(s, rep) for s in (labels if rep % 2 == 0 else labels[::-1])]
+    runs: dict[str, list[tuple[float, dict]]] = {s: [] for s in labels}
+    for label, rep in order:
+        took, medians = measure(args.model, backends, settings[label])
+        runs[label].append((took, medians))
+        print(f"{label}, repeat {rep + 1}: {took:.1f} s, {len(medians)} candidates",
+              flush=True)
+    base = runs[labels[0]]
+    for label in labels:
+        took = statistics.fmean(t for t, _ in runs[label])
+        line = f"{label}: measure {took:.1f} s"
+        if label != labels[0]:
+            pairs = [ratios(b[1], r[1]) for b, r in zip(base, runs[label], strict=True)]
             line += "; medians / base, repeat by repeat: " + "; ".join(map(describe, pairs))
             line += f"; all repeats (drift cancelled): {describe(sum(pairs, []))}"
-        if len(runs[size]) > 1:
-            noise = describe(ratios(runs[size][0][1], runs[size][1][1]))
+        if len(runs[label]) > 1:
+            noise = describe(ratios(runs[label][0][1], runs[label][1][1]))
             line += f"; repeat / first (noise): {noise}"
         print(line)
 
