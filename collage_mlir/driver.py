@@ -64,7 +64,14 @@ from collage_mlir.search.islands import (
 )
 from collage_mlir.search.merge import Merge, coalesce
 from collage_mlir.search.partitioning import Partitioning
-from collage_mlir.search.prune import by_backend, dominated, ranking_ops, stages, stop_above
+from collage_mlir.search.prune import (
+    by_backend,
+    dominated,
+    interleave,
+    ranking_ops,
+    stages,
+    stop_above,
+)
 from collage_mlir.search.search import (
     STATE_LIMIT_NOTE,
     Uncovered,
@@ -383,8 +390,9 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             progress: bool = False, *,
             graph: DataflowGraph | None = None, budget_s: float | None = None,
             prune: bool = True) -> tuple[list[float], dict[int, str]]:
-    """The candidates' costs in stages (`search.prune.stages`: single ops one backend at a
-    time, whole models, the rest largest first one backend at a time, `by_backend`), and why
+    """The candidates' costs in stages (`search.prune.stages`: single ops, the backends
+    taking turns over the model (`interleave`), whole models, the rest largest first one
+    backend at a time, `by_backend`), and why
     some were not measured (index → reason): dominated given what was measured before them
     (`prune`) or left when `budget_s` seconds were spent. Single ops and whole models are
     always measured, so a cover exists whatever the budget. With `prune`, a candidate is
@@ -411,7 +419,7 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
     for n, stage in enumerate(groups):
         later = n >= 2  # after single ops and whole models: prunable, within the budget
         for group in _batches(graph, candidates, n, stage, known, prune,
-                              estimator.reference_backend):
+                              estimator.reference_backend, estimator.alternates):
             if later and prune:
                 out = dominated(graph, candidates, group, known(), estimator.transition_cost)
                 left.update(out)
@@ -441,12 +449,14 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
 
 def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartition], n: int,
              stage: list[int], known: Callable[[], dict[int, float]], prune: bool,
-             prefer: str | None = None) -> Iterator[list[int]]:
+             prefer: str | None = None,
+             alternates: Callable[[str], bool] = lambda _: False) -> Iterator[list[int]]:
     """Stage `n`'s candidates in the batches they are measured in, each batch chosen when
     the one before is measured: whole models in one (timed side by side); with pruning,
-    single ops first on a few nodes on every backend (`ranking_ops`), then one backend at
-    a time, fastest first (`by_backend`), so that the later ones are timed against the
-    earlier ones' costs; the rest one backend at a time."""
+    single ops first on a few nodes on every backend (`ranking_ops`), then fastest backend
+    first (`by_backend`), so that the later ones are timed against the earlier ones' costs,
+    the backends that `alternates` taking turns in windows of a few nodes (`interleave`);
+    the rest one backend at a time."""
     if graph is None or n == 1 or (n == 0 and not prune):
         yield stage
         return
@@ -456,6 +466,9 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
             yield first
         ranked = set(first)
         stage = [k for k in stage if k not in ranked]
+        yield from interleave(candidates, by_backend(graph, candidates, stage, known(), prefer),
+                              alternates)
+        return
     yield from by_backend(graph, candidates, stage, known(), prefer)
 
 

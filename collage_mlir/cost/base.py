@@ -79,6 +79,14 @@ class CostEstimator(abc.ABC):
         against (None: none of them is): measured first, it leaves them its outputs."""
         return None
 
+    def alternates(self, backend: str) -> bool:
+        """Whether `backend`'s measurements should alternate with the other alternating
+        backends' in small windows of the model (`search.prune.interleave`) rather than run
+        in a phase of their own: a machine's pace drifts over a run, and two backends timed
+        minutes apart carry that drift into their comparison. False for an estimator that
+        times nothing, and for a backend that compiles its regions together."""
+        return False
+
     @property
     def tolerance(self) -> Tolerance:
         """What outputs are checked to against the reference (`tensors.compare`), by this

@@ -542,6 +542,14 @@ class MeasuringEstimator(CostEstimator):
         return next((name for name, info in self.backends.items()
                      if info.spec == self.reference), None)
 
+    def alternates(self, backend: str) -> bool:
+        """On this machine, a backend that compiles region by region: windows of a few
+        regions cost nothing more (its worker is held for the session). A batching backend
+        (IREE) would pay its joint compile's fixed cost per window; an executor measures
+        every backend at once on its own machines."""
+        info = self.backends.get(backend)
+        return self.executor is None and info is not None and not info.batch
+
     def _measuring_order(self, backend: str) -> tuple[bool, str]:
         """The reference backend first: its worker leaves its outputs as the others'
         reference (`cost/references.py`), so that no other worker compiles and runs the

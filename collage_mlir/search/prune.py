@@ -14,7 +14,11 @@ as one measured region with the same nodes (so the same boundary). A region is n
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
 Single ops are measured on a few nodes on every backend first (`ranking_ops`), so that
-`by_backend` can rank the backends before their other single ops. Candidates measured after
+`by_backend` can rank the backends before their other single ops; then the backends that
+time region by region take turns in windows of a few nodes (`interleave`), so that two
+backends' costs for the same op are timed seconds apart, not minutes: a VM's pace drifts
+over a run, and backends measured in phases of their own carry the drift into their
+comparison (one backend's level moved 10-20% against another's between runs). Candidates measured after
 a cover of their nodes is known are told where they lose (`stop_above`), so that a clear
 loser is timed on a few calls, not until its median settles.
 """
@@ -22,7 +26,7 @@ loser is timed on a few calls, not until its median settles.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.graph import DataflowGraph
@@ -37,6 +41,8 @@ TIE = 0.05
 """Backends whose whole models (else common single ops) cost within this share of the
 fastest's are tied for the measuring order (`by_backend`): resnet50's onnxruntime and
 OpenVINO, 1-2% apart on a 2-core EPYC, swapped places from run to run."""
+WINDOW = 8
+"""Nodes per turn when backends alternate (`interleave`)."""
 LOSER_FACTOR = 2.0
 """Beyond this multiple of a cover of the same nodes already known, a candidate's cost needs
 no more precision (`stop_above`): it stays a candidate (hand-offs may still favour it),
@@ -75,6 +81,30 @@ def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
         order.remove(prefer)
         order.insert(0, prefer)
     return [groups[b] for b in order]
+
+
+def interleave(candidates: Sequence[CandidatePartition], groups: Sequence[list[int]],
+               alternates: Callable[[str], bool], size: int = WINDOW) -> list[list[int]]:
+    """`groups` (one backend each, in measuring order) re-cut so that the backends that
+    `alternates` take turns in windows of `size` nodes in the model's order (a candidate
+    belongs to the window of its first node), in the groups' order within each window, so
+    that a later backend is still bounded by the earlier ones' costs on the same nodes.
+    The turns stand where the first alternating group stood; the other groups stay whole
+    and in place."""
+    turns = [g for g in groups if g and alternates(candidates[g[0]].backend)]
+    if len(turns) < 2:
+        return [list(g) for g in groups]
+    firsts = sorted({candidates[k].sub_graph.first for g in turns for k in g})
+    window = {node: i // size for i, node in enumerate(firsts)}
+    cut = [[k for k in g if window[candidates[k].sub_graph.first] == w]
+           for w in range(window[firsts[-1]] + 1) for g in turns]
+    out: list[list[int]] = []
+    for g in groups:
+        if g is turns[0]:
+            out += [c for c in cut if c]
+        elif not any(g is t for t in turns):
+            out.append(list(g))
+    return out
 
 
 def _tied(a: str, b: str, *paces: Mapping[str, float]) -> bool:

@@ -8,7 +8,15 @@ from test_search import cand, graph_of
 
 from collage_mlir import driver
 from collage_mlir.cost.base import CostEstimator
-from collage_mlir.search.prune import LOSER_FACTOR, RANKING_OPS, dominated, stages, stop_above
+from collage_mlir.search.prune import (
+    LOSER_FACTOR,
+    RANKING_OPS,
+    WINDOW,
+    dominated,
+    interleave,
+    stages,
+    stop_above,
+)
 from collage_mlir.search.search import search
 
 
@@ -189,3 +197,40 @@ def test_single_ops_are_ranked_on_a_few_then_measured_fastest_backend_first():
     est = Bounded({"quick": 1.0, "heavy": 3.0})
     driver.measure(est, cands, graph=graph, prune=False)
     assert len(est.batches[0]) == len(cands) and est.bounds[0] == [None] * len(cands)
+
+
+def test_backends_that_alternate_take_turns_in_windows_of_nodes():
+    """Three backends on a 20-op chain; "batch" compiles its regions together and keeps its
+    single ops in one group. The other two take turns, WINDOW nodes each, the fastest first
+    in every window, so each is bounded by the other's cost on the same nodes."""
+
+    class Alternating(Bounded):
+        def alternates(self, backend):
+            return backend != "batch"
+
+    graph, n = graph_of([[]] + [[k] for k in range(19)])
+    cands = [cand(graph, [n[k]], b) for b in ("batch", "slow", "fast") for k in range(20)]
+    est = Alternating({"fast": 1.0, "slow": 1.5, "batch": 3.0})
+    driver.measure(est, cands, graph=graph)
+    after = est.batches[1:]  # the ranking ops first
+    backends = [{c.backend for c in b} for b in after]
+    assert all(len(b) == 1 for b in backends)
+    order = [b.pop() for b in backends]
+    assert order[-1] == "batch" and order.count("batch") == 1
+    turns = order[:-1]
+    assert turns == ["fast", "slow"] * (len(turns) // 2)
+    firsts = [{c.sub_graph.first for c in b} for b in after[:-1]]
+    assert all(len(f) <= WINDOW for f in firsts)
+    assert all(firsts[i] == firsts[i + 1] for i in range(0, len(firsts), 2))
+    assert len(turns) // 2 == math.ceil((20 - RANKING_OPS) / WINDOW)
+    assert all(b == [LOSER_FACTOR * 1.0] * len(b) for b in est.bounds[2:-1:2])  # slow's turns
+
+
+def test_interleave_keeps_the_groups_when_fewer_than_two_alternate():
+    graph, cands = chain_candidates(("fast", "slow"))
+    groups = [[k for k, c in enumerate(cands) if c.backend == b] for b in ("fast", "slow")]
+    assert interleave(cands, groups, lambda b: b == "fast") == groups
+    firsts = sorted({c.sub_graph.first for c in cands})
+    windows = (set(firsts[:2]), set(firsts[2:]))
+    assert interleave(cands, groups, lambda b: True, size=2) == [
+        [k for k in g if cands[k].sub_graph.first in w] for w in windows for g in groups]
