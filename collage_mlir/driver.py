@@ -390,9 +390,9 @@ def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             progress: bool = False, *,
             graph: DataflowGraph | None = None, budget_s: float | None = None,
             prune: bool = True) -> tuple[list[float], dict[int, str]]:
-    """The candidates' costs in stages (`search.prune.stages`: single ops, the backends
-    taking turns over the model (`interleave`), whole models, the rest largest first one
-    backend at a time, `by_backend`), and why
+    """The candidates' costs in stages (`search.prune.stages`: single ops, whole models,
+    the rest largest first; fastest backend first, `by_backend`, the backends that time
+    region by region taking turns, `interleave`), and why
     some were not measured (index → reason): dominated given what was measured before them
     (`prune`) or left when `budget_s` seconds were spent. Single ops and whole models are
     always measured, so a cover exists whatever the budget. With `prune`, a candidate is
@@ -417,6 +417,8 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
     bar = ProgressBar("measuring") if progress else None
     done = 0
     for n, stage in enumerate(groups):
+        if not stage:
+            continue
         later = n >= 2  # after single ops and whole models: prunable, within the budget
         for group in _batches(graph, candidates, n, stage, known, prune,
                               estimator.reference_backend, estimator.alternates):
@@ -453,10 +455,10 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
              alternates: Callable[[str], bool] = lambda _: False) -> Iterator[list[int]]:
     """Stage `n`'s candidates in the batches they are measured in, each batch chosen when
     the one before is measured: whole models in one (timed side by side); with pruning,
-    single ops first on a few nodes on every backend (`ranking_ops`), then fastest backend
-    first (`by_backend`), so that the later ones are timed against the earlier ones' costs,
-    the backends that `alternates` taking turns in windows of a few nodes (`interleave`);
-    the rest one backend at a time."""
+    single ops first on a few nodes on every backend (`ranking_ops`); then (single ops and
+    the rest) fastest backend first (`by_backend`), so that the later ones are timed
+    against the earlier ones' costs, the backends that `alternates` taking turns in
+    windows of a few node sets (`interleave`)."""
     if graph is None or n == 1 or (n == 0 and not prune):
         yield stage
         return
@@ -466,10 +468,8 @@ def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartitio
             yield first
         ranked = set(first)
         stage = [k for k in stage if k not in ranked]
-        yield from interleave(candidates, by_backend(graph, candidates, stage, known(), prefer),
-                              alternates)
-        return
-    yield from by_backend(graph, candidates, stage, known(), prefer)
+    yield from interleave(candidates, by_backend(graph, candidates, stage, known(), prefer),
+                          alternates)
 
 
 MEASURE_CHUNK = 64

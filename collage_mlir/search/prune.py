@@ -4,9 +4,8 @@ Measuring is the slow phase (a compile and a timing per candidate), so candidate
 measured in stages, most informative first (`stages`): every single-op candidate (they
 guarantee a cover, and a measuring estimator learns from them which op types a backend
 hangs on before it compiles anything large), then each backend's whole model (the
-baselines the end-to-end check needs), then the rest, largest first, one backend at a
-time, the backend whose whole model ran fastest first (`by_backend`; the reference backend
-when it ties). Before each of those, a multi-op candidate on backend X is *dominated*
+baselines the end-to-end check needs), then the rest, largest first, the backend whose
+whole model ran fastest first (`by_backend`; the reference backend when it ties). Before each of those, a multi-op candidate on backend X is *dominated*
 (`dominated`) when half of what its dearest op alone costs on X is still more than another
 backend Y already costs for the same ops: as single-op candidates, hand-offs included, or
 as one measured region with the same nodes (so the same boundary). A region is not cheaper than half of its dearest op
@@ -14,13 +13,14 @@ as one measured region with the same nodes (so the same boundary). A region is n
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
 Single ops are measured on a few nodes on every backend first (`ranking_ops`), so that
-`by_backend` can rank the backends before their other single ops; then the backends that
-time region by region take turns in windows of a few nodes (`interleave`), so that two
-backends' costs for the same op are timed seconds apart, not minutes: a VM's pace drifts
-over a run, and backends measured in phases of their own carry the drift into their
-comparison (one backend's level moved 10-20% against another's between runs). Candidates measured after
-a cover of their nodes is known are told where they lose (`stop_above`), so that a clear
-loser is timed on a few calls, not until its median settles.
+`by_backend` can rank the backends before their other single ops. After them, in each
+stage, the backends that time region by region take turns in windows of a few node sets
+(`interleave`), so that two backends' costs for the same nodes are timed seconds apart,
+not minutes: a VM's pace drifts over a run, and backends measured in phases of their own
+carry the drift into their comparison (one backend's level moved 10-30% against
+another's between runs). Candidates measured after a cover of their nodes is known are
+told where they lose (`stop_above`), so that a clear loser is timed on a few calls, not
+until its median settles.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ timed on fewer calls."""
 
 def stages(graph: DataflowGraph, candidates: Sequence[CandidatePartition]) -> list[list[int]]:
     """Candidate indices in measuring order: [single ops], [whole models], [the rest,
-    largest first]; empty stages left out."""
+    largest first]; always three lists (a stage's place says what it is), some empty."""
     whole, single, rest = [], [], []
     for k, c in enumerate(candidates):
         n = len(c.sub_graph.nodes)
         (whole if c.inside == graph.op_bits else single if n == 1 else rest).append(k)
     rest.sort(key=lambda k: (-len(candidates[k].sub_graph.nodes), candidates[k].sort_key()))
-    return [s for s in (single, whole, rest) if s]
+    return [single, whole, rest]
 
 
 def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
@@ -86,18 +86,19 @@ def by_backend(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
 def interleave(candidates: Sequence[CandidatePartition], groups: Sequence[list[int]],
                alternates: Callable[[str], bool], size: int = WINDOW) -> list[list[int]]:
     """`groups` (one backend each, in measuring order) re-cut so that the backends that
-    `alternates` take turns in windows of `size` nodes in the model's order (a candidate
-    belongs to the window of its first node), in the groups' order within each window, so
-    that a later backend is still bounded by the earlier ones' costs on the same nodes.
-    The turns stand where the first alternating group stood; the other groups stay whole
-    and in place."""
+    `alternates` take turns in windows of `size` node sets, largest first, then in the
+    model's order (`stages`' order; single ops: the model's order), each window's backends
+    in the groups' order, so that a later backend is still bounded by the earlier ones'
+    costs on the same nodes. The turns stand where the first alternating group stood; the
+    other groups stay whole and in place."""
     turns = [g for g in groups if g and alternates(candidates[g[0]].backend)]
     if len(turns) < 2:
         return [list(g) for g in groups]
-    firsts = sorted({candidates[k].sub_graph.first for g in turns for k in g})
-    window = {node: i // size for i, node in enumerate(firsts)}
-    cut = [[k for k in g if window[candidates[k].sub_graph.first] == w]
-           for w in range(window[firsts[-1]] + 1) for g in turns]
+    subs = {candidates[k].inside: candidates[k].sub_graph for g in turns for k in g}
+    ranked = sorted(subs, key=lambda b: (-len(subs[b].nodes), subs[b].first, subs[b].nodes))
+    window = {inside: i // size for i, inside in enumerate(ranked)}
+    cut = [[k for k in g if window[candidates[k].inside] == w]
+           for w in range(window[ranked[-1]] + 1) for g in turns]
     out: list[list[int]] = []
     for g in groups:
         if g is turns[0]:

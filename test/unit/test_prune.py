@@ -227,10 +227,38 @@ def test_backends_that_alternate_take_turns_in_windows_of_nodes():
 
 
 def test_interleave_keeps_the_groups_when_fewer_than_two_alternate():
-    graph, cands = chain_candidates(("fast", "slow"))
+    graph, n = graph_of([[], [0], [1], [2]])
+    cands = [cand(graph, [n[k]], b) for b in ("fast", "slow") for k in range(4)]
     groups = [[k for k, c in enumerate(cands) if c.backend == b] for b in ("fast", "slow")]
     assert interleave(cands, groups, lambda b: b == "fast") == groups
     firsts = sorted({c.sub_graph.first for c in cands})
     windows = (set(firsts[:2]), set(firsts[2:]))
     assert interleave(cands, groups, lambda b: True, size=2) == [
         [k for k in g if cands[k].sub_graph.first in w] for w in windows for g in groups]
+
+
+def test_the_rest_takes_turns_in_windows_of_node_sets_largest_first():
+    """A 12-op chain's triples and pairs on two backends that alternate: windows of WINDOW
+    node sets, triples before pairs, the fastest backend first in each window on the same
+    node sets, and each of slow's regions bounded by fast's. No whole model is a
+    candidate here: the rest is still the third stage (it once became the second, measured
+    in one batch, neither pruned nor bounded)."""
+
+    class Alternating(Bounded):
+        def alternates(self, backend):
+            return True
+
+    graph, n = graph_of([[]] + [[k] for k in range(11)])
+    spans = [[k] for k in range(12)] + [[k, k + 1, k + 2] for k in range(10)] + [
+        [k, k + 1] for k in range(11)]
+    cands = [cand(graph, [n[k] for k in span], b) for b in ("slow", "fast") for span in spans]
+    est = Alternating({"fast": 1.0, "slow": 1.05})  # fused: slow's triple 2.52 < fast's 3
+    driver.measure(est, cands, graph=graph)
+    k = next(i for i, b in enumerate(est.batches) if len(b[0].sub_graph.nodes) > 1)
+    rest, bounds = est.batches[k:], est.bounds[k:]
+    assert [{c.backend for c in b} for b in rest] == [{"fast"}, {"slow"}] * 3
+    sets = [[c.inside for c in b] for b in rest]
+    assert all(sets[i] == sets[i + 1] and len(sets[i]) <= WINDOW for i in range(0, 6, 2))
+    sizes = [len(c.sub_graph.nodes) for b in rest[::2] for c in b]
+    assert sizes == sorted(sizes, reverse=True) and len(sizes) == 21
+    assert all(b is not None for bs in bounds[1::2] for b in bs)
