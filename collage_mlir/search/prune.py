@@ -5,11 +5,12 @@ measured in stages, most informative first (`stages`): every single-op candidate
 guarantee a cover, and a measuring estimator learns from them which op types a backend
 hangs on before it compiles anything large), then each backend's whole model (the
 baselines the end-to-end check needs), then the rest, largest first, the backend whose
-whole model ran fastest first (`by_backend`; the reference backend when it ties). Before each of those, a multi-op candidate on backend X is *dominated*
-(`dominated`) when half of what its dearest op alone costs on X is still more than another
-backend Y already costs for the same ops: as single-op candidates, hand-offs included, or
-as one measured region with the same nodes (so the same boundary). A region is not cheaper than half of its dearest op
-(fusion saves memory traffic around an op, not the op's own work), so such a candidate
+whole model ran fastest first (`by_backend`; the reference backend when it ties). Before
+each of those, a multi-op candidate on backend X is *dominated* (`dominated`) when half of
+what its dearest op alone costs on X is still more than another backend Y already costs
+for the same ops: as single-op candidates, hand-offs included, or as one measured region
+with the same nodes (so the same boundary). A region is not cheaper than half of its
+dearest op (fusion saves memory traffic around an op, not the op's own work), so such a candidate
 cannot beat a cover the search already has. The slow backend's fused regions on a model it
 runs 7x slower are pruned this way; the backends that compete op by op keep theirs.
 Single ops are measured on a few nodes on every backend first (`ranking_ops`), so that
@@ -42,7 +43,8 @@ TIE = 0.05
 fastest's are tied for the measuring order (`by_backend`): resnet50's onnxruntime and
 OpenVINO, 1-2% apart on a 2-core EPYC, swapped places from run to run."""
 WINDOW = 8
-"""Nodes per turn when backends alternate (`interleave`)."""
+"""Node sets (regions' node sets, whichever backend) per turn when backends alternate
+(`interleave`)."""
 LOSER_FACTOR = 2.0
 """Beyond this multiple of a cover of the same nodes already known, a candidate's cost needs
 no more precision (`stop_above`): it stays a candidate (hand-offs may still favour it),
