@@ -12,7 +12,9 @@ a mix/best ratio inside it is a tie.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 the additive error per region (region err: median over the mix's regions of
 |estimate - median call inside whole runs| / that call; `--per-region` lists them), what the
-end-to-end check kept, and the measure / search / verify seconds of the mix.
+end-to-end check kept (and, on a line of its own, what it timed: two whole models within a
+few percent of each other can trade places between the check and the columns, minutes
+apart), and the measure / search / verify seconds of the mix.
 
 Greedy baselines (`search/greedy.py`: partition_for_X and the first-claim order) are timed
 beside the mix: one that is a whole model is the whole-model column of its backend; the
@@ -246,6 +248,7 @@ def bench_model(name: str, backends: list[str], args) -> dict:
     row["estimated_ms"] = mixed.estimated_cost * 1e3
     row["phases"] = mixed.timings
     row["kept"] = mixed.verdict.kept if mixed.verdict else "-"
+    row["check"] = mixed.verdict.summary() if mixed.verdict else None
     if len(mixed.plan.steps) == 1:  # one backend's whole model: a twin of that column
         row["mix_whole_on"] = mixed.plan.steps[0].backend
     runners = {"mix": mixed.run}
@@ -465,6 +468,8 @@ def main() -> int:
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
         for line in row["islands"]:
             print(f"|   before the search: {line} |")
+        if row["check"]:  # what the pick was kept on, minutes before the columns were timed
+            print(f"|   {row['check']} |")
         if PLAIN in row:
             print(f"|   without the archipelago: {row[PLAIN]:.2f} ms (mix / that "
                   f"{row['mix'] / row[PLAIN]:.2f}), {row['plain_regions']} regions, check "
