@@ -44,6 +44,14 @@ class MeasureSettings:
     sweep, to 8.2-8.5 ms (a sleep of the same length alone gave 7.6; a 16 MiB sweep 6.7).
     0 times hot."""
     warmup: int = 2
+    big_warmup_s: float = 0.2
+    """A kernel whose `warmup` calls took `timing.BIG_CALL_S` or more each is called on,
+    untimed, until this many seconds are spent (`timing.MAX_WARMUP` calls at most): a big
+    kernel's first calls after its compile can run slow for longer than two calls.
+    onnxruntime's whole alexnet (~25 ms a call), timed after 2 warm-up calls, read
+    23.4-48.2 ms over 6 fresh compiles (relative stdev 31%), after 10 calls 24.1-29.3 (7%);
+    OpenVINO's gained less (19.4-27.8 against 16.3-25.6 ms over 14). Small kernels, most of
+    a cold run's rows, get `warmup` calls only. 0: `warmup` calls only."""
     min_runs: int = 10
     max_runs: int = 200
     budget_s: float = 1.0

@@ -426,6 +426,34 @@ def test_cold_timing_sweeps_before_every_timed_call(monkeypatch):
     assert events == ["run"] * 4
 
 
+@pytest.mark.parametrize("call_s, warmups", [(0.001, 2), (0.02, 10), (0.05, 4), (0.1, 2)])
+def test_a_big_kernel_is_warmed_up_for_longer(monkeypatch, call_s, warmups):
+    """Calls of 5 ms or more go on untimed until 0.2 s is spent (10 calls at most); a
+    small kernel, or one whose two calls already took that long, gets two. A fake clock
+    that only the kernel's calls advance."""
+    from types import SimpleNamespace
+
+    from collage_mlir.cost import timing as worker
+
+    now = [0.0]
+    calls = []
+
+    class Kernel:
+        def run(self, inputs):
+            now[0] += call_s
+            calls.append(now[0])
+            return inputs
+
+    monkeypatch.setattr(worker, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    times = worker.time_kernel(Kernel(), [], MeasureSettings(warmup=2, min_runs=3, max_runs=3,
+                                                             cold_bytes=0))
+    assert len(times) == 3 and len(calls) == warmups + 3
+    calls.clear()
+    worker.time_kernel(Kernel(), [], MeasureSettings(warmup=2, big_warmup_s=0, min_runs=3,
+                                                     max_runs=3, cold_bytes=0))
+    assert len(calls) == 2 + 3  # longer warm-up turned off
+
+
 UNSETTLED = MeasureSettings(warmup=0, min_runs=20, max_runs=24, budget_s=100.0,
                             min_runs_on_budget=5, settle=-1.0, cold_bytes=0)
 """Never settles, never spends its budget: timed to `max_runs` unless stopped above a bound."""
