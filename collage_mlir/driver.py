@@ -67,6 +67,7 @@ from collage_mlir.search.partitioning import Partitioning
 from collage_mlir.search.prune import (
     by_backend,
     dominated,
+    floor_cover,
     interleave,
     ranking_ops,
     stages,
@@ -389,36 +390,39 @@ def price_hand_offs(estimator: CostEstimator, backends: Sequence[str],
 def measure(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
             progress: bool = False, *,
             graph: DataflowGraph | None = None, budget_s: float | None = None,
-            prune: bool = True) -> tuple[list[float], dict[int, str]]:
+            prune: bool = True, bound: bool = True) -> tuple[list[float], dict[int, str]]:
     """The candidates' costs in stages (`search.prune.stages`: single ops, whole models,
     the rest largest first; fastest backend first, `by_backend`, the backends that time
     region by region taking turns, `interleave`), and why
     some were not measured (index → reason): dominated given what was measured before them
-    (`prune`) or left when `budget_s` seconds were spent. Single ops and whole models are
-    always measured, so a cover exists whatever the budget. With `prune`, a candidate is
-    also told where it loses to what is known (`search.prune.stop_above`) and timed less
-    beyond it. Pruning prices hand-offs: `price_hand_offs` first."""
+    (`prune`), bounded out (`bound`, below) or left when `budget_s` seconds were spent.
+    Single ops and whole models are always measured, so a cover exists whatever the budget.
+    With `prune`, a candidate is also told where it loses to what is known
+    (`search.prune.stop_above`) and timed less beyond it, and with `bound` as well the rest
+    is measured along the lower bound (`search.prune.floor_cover`): only the regions on the
+    least-cost cover with every unmeasured region at its floor, round after round, until
+    that cover holds none. Pruning prices hand-offs: `price_hand_offs` first."""
     with estimator.session():  # each backend's worker kept from stage to stage
-        return _measure_stages(estimator, candidates, progress, graph, budget_s, prune)
+        return _measure_stages(estimator, candidates, progress, graph, budget_s, prune,
+                               bound and prune and graph is not None)
 
 
 def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePartition],
                     progress: bool, graph: DataflowGraph | None, budget_s: float | None,
-                    prune: bool) -> tuple[list[float], dict[int, str]]:
+                    prune: bool, bound: bool) -> tuple[list[float], dict[int, str]]:
     """`measure` inside its estimator session."""
     start = time.perf_counter()
     costs = [math.nan] * len(candidates)
     left: dict[int, str] = {}
+    bar = ProgressBar("measuring") if progress else None
+    done = 0
 
     def known() -> dict[int, float]:
         return {k: cost for k, cost in enumerate(costs) if not math.isnan(cost)}
 
-    groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
-    bar = ProgressBar("measuring") if progress else None
-    done = 0
-    for n, stage in enumerate(groups):
-        if not stage:
-            continue
+    def run(n: int, stage: list[int]) -> None:
+        """Measures `stage` (of stage `n`) batch by batch; fills `costs` and `left`."""
+        nonlocal done
         later = n >= 2  # after single ops and whole models: prunable, within the budget
         for group in _batches(graph, candidates, n, stage, known, prune,
                               estimator.reference_backend, estimator.alternates):
@@ -431,6 +435,7 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
                 if later and budget_s is not None and time.perf_counter() - start > budget_s:
                     left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
                                     "was spent" for k in chunk})
+                    done += len(chunk)
                     continue
                 bounds = (stop_above(graph, candidates, chunk, known(),
                                      estimator.transition_cost)
@@ -442,11 +447,58 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
                 for k, cost in zip(chunk, got, strict=True):
                     costs[k] = cost
                 done += len(chunk)
+
+    groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
+    for n, stage in enumerate(groups):
+        if not stage:
+            continue
+        if n >= 2 and bound:
+            left.update(_measure_bounded(graph, candidates, stage, known, left, run,
+                                         estimator))
+            if bar:
+                bar(len(candidates), len(candidates))
+        else:
+            run(n, stage)
     if bar:
         bar.close()
     for k in left:
         costs[k] = math.inf
     return costs, left
+
+
+def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
+                     stage: list[int], known: Callable[[], dict[int, float]],
+                     left: Mapping[int, str],
+                     run: Callable[[int, list[int]], None], estimator: CostEstimator
+                     ) -> dict[int, str]:
+    """The rest measured along the lower bound (`floor_cover`), round by round: each round
+    measures (`run`) the unmeasured regions on the floor cover and the regions on the same
+    nodes on the backends that take turns (`estimator.alternates`), so that contenders
+    for the same nodes are timed close together. Returns why the regions never measured
+    were not: the floor cover's cost then is the least-cost cover's."""
+    pending = set(stage)
+    same_nodes: dict[int, list[int]] = {}
+    for k in stage:
+        same_nodes.setdefault(candidates[k].inside, []).append(k)
+    floor_s = math.inf
+    while pending:
+        try:
+            wanted, floor_s = floor_cover(graph, candidates, known(), pending,
+                                          estimator.transition_cost)
+        except Uncovered:  # no cover at all: measure everything, so the search can say why
+            wanted = sorted(pending)
+        if not wanted:
+            break
+        turns = {j for k in wanted for j in same_nodes[candidates[k].inside]
+                 if j in pending and estimator.alternates(candidates[j].backend)}
+        batch = [k for k in stage if k in pending and (k in turns or k in wanted)]
+        run(2, batch)
+        pending -= set(batch)
+        spent = [left[k] for k in batch if "measure budget" in left.get(k, "")]
+        if spent:
+            return dict.fromkeys(pending, spent[0])
+    return dict.fromkeys(pending, "bounded out: at its floor (half its dearest op alone) no "
+                         f"cover through it beats the one found ({floor_s * 1e3:.4g} ms)")
 
 
 def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartition], n: int,

@@ -9,10 +9,12 @@ from test_search import cand, graph_of
 from collage_mlir import driver
 from collage_mlir.cost.base import CostEstimator
 from collage_mlir.search.prune import (
+    FUSION_FLOOR,
     LOSER_FACTOR,
     RANKING_OPS,
     WINDOW,
     dominated,
+    floor_cover,
     interleave,
     stages,
     stop_above,
@@ -86,7 +88,7 @@ def test_backends_that_compete_op_by_op_keep_their_fused_regions():
 def test_pruning_keeps_the_pick_and_skips_the_dominated_measurements():
     graph, cands = chain_candidates()
     est = PerOp({"fast": 1.0, "slow": 10.0})
-    costs, left = driver.measure(est, cands, graph=graph)
+    costs, left = driver.measure(est, cands, graph=graph, bound=False)  # the rest in one batch
     full = PerOp({"fast": 1.0, "slow": 10.0}).estimate(cands)
     measured = [c for batch in est.batches for c in batch]
     assert len(measured) == len(cands) - len(left) and len(left) == 3
@@ -119,7 +121,7 @@ def test_without_pruning_everything_is_measured():
 def test_the_rest_is_measured_one_backend_at_a_time_fastest_whole_model_first():
     graph, cands = chain_candidates(("slow", "fast"))  # listed slow first
     est = PerOp({"fast": 1.0, "slow": 1.5})
-    driver.measure(est, cands, graph=graph)
+    driver.measure(est, cands, graph=graph, bound=False)
     rest = [{c.backend for c in batch} for batch in est.batches[2:]]
     assert rest == [{"fast"}, {"slow"}]
 
@@ -133,7 +135,7 @@ def test_a_tie_for_fastest_goes_to_the_reference_backend():
     graph, cands = chain_candidates(("fast", "slow"))
     for slow, want in ((1.04, [{"slow"}, {"fast"}]), (1.5, [{"fast"}, {"slow"}])):
         est = Reference({"fast": 1.0, "slow": slow})
-        driver.measure(est, cands, graph=graph)
+        driver.measure(est, cands, graph=graph, bound=False)
         assert [{c.backend for c in batch} for batch in est.batches[2:]] == want, slow
 
 
@@ -253,7 +255,7 @@ def test_the_rest_takes_turns_in_windows_of_node_sets_largest_first():
         [k, k + 1] for k in range(11)]
     cands = [cand(graph, [n[k] for k in span], b) for b in ("slow", "fast") for span in spans]
     est = Alternating({"fast": 1.0, "slow": 1.05})  # fused: slow's triple 2.52 < fast's 3
-    driver.measure(est, cands, graph=graph)
+    driver.measure(est, cands, graph=graph, bound=False)
     k = next(i for i, b in enumerate(est.batches) if len(b[0].sub_graph.nodes) > 1)
     rest, bounds = est.batches[k:], est.bounds[k:]
     assert [{c.backend for c in b} for b in rest] == [{"fast"}, {"slow"}] * 3
@@ -262,3 +264,82 @@ def test_the_rest_takes_turns_in_windows_of_node_sets_largest_first():
     sizes = [len(c.sub_graph.nodes) for b in rest[::2] for c in b]
     assert sizes == sorted(sizes, reverse=True) and len(sizes) == 21
     assert all(b is not None for bs in bounds[1::2] for b in bs)
+
+
+class Table(CostEstimator):
+    """Test double: costs from a table, (backend, node indices of the text) → seconds;
+    free hand-offs. Records every batch; `turns` names the backends that alternate."""
+
+    def __init__(self, graph, n, table, turns=()):
+        self.by_bits = {(b, sum(1 << n[k] for k in ks)): cost for (b, ks), cost in table.items()}
+        self.turns, self.batches = set(turns), []
+
+    def estimate(self, candidates, progress=None):
+        self.batches.append(list(candidates))
+        return [self.by_bits[(c.backend, c.inside)] for c in candidates]
+
+    def transition_cost(self, src_backend, dst_backend, nbytes):
+        return 0.0
+
+    def alternates(self, backend):
+        return backend in self.turns
+
+
+def split_chain(turns=()):
+    """A 4-op chain that "a" runs fast at the front and "b" at the back: the least-cost
+    cover is a's front pair then b's back pair (2.4); each whole model costs 9."""
+    graph, n = graph_of([[], [0], [1], [2]])
+    spans = [(0,), (1,), (2,), (3,), (0, 1), (1, 2), (2, 3), (0, 1, 2, 3)]
+    a = dict(zip(spans, [1, 1, 4, 4, 1.2, 4, 7, 9], strict=True))
+    b = dict(zip(spans, [4, 4, 1, 1, 7, 4, 1.2, 9], strict=True))
+    table = {**{("a", s): c for s, c in a.items()}, **{("b", s): c for s, c in b.items()}}
+    cands = [cand(graph, [n[k] for k in s], bk) for bk in ("a", "b") for s in spans]
+    return graph, n, cands, Table(graph, n, table, turns)
+
+
+def test_the_floor_cover_costs_unmeasured_regions_at_half_their_dearest_op():
+    graph, n, cands, est = split_chain()
+    single, whole, rest = stages(graph, cands)
+    known = dict(zip(single + whole, est.estimate([cands[k] for k in single + whole]),
+                     strict=True))
+    wanted, floor_s = floor_cover(graph, cands, known, set(rest), None)
+    names = {(cands[k].backend, len(cands[k].sub_graph.nodes), cands[k].sub_graph.first)
+             for k in wanted}
+    # a's front pair and b's back pair at their floors: half of 1 each
+    assert floor_s == 2 * FUSION_FLOOR * 1.0
+    assert {(b, size) for b, size, _ in names} == {("a", 2), ("b", 2)}
+    # measured, the same cover is the least-cost one, and nothing pending is on it
+    known.update({k: est.estimate([cands[k]])[0] for k in wanted})
+    wanted, floor_s = floor_cover(graph, cands, known, set(rest) - set(known), None)
+    assert wanted == [] and floor_s == 2.4
+
+
+def test_the_rest_is_measured_along_the_floor_cover_and_ends_on_the_same_pick():
+    graph, n, cands, est = split_chain()
+    costs, left = driver.measure(est, cands, graph=graph)
+    every = [est.by_bits[(c.backend, c.inside)] for c in cands]
+    pick = search(graph, cands, costs, None)
+    assert pick.candidates == search(graph, cands, every, None).candidates
+    assert math.isclose(pick.total_cost, 2.4)
+    rest = [len(b) for b in est.batches[2:]]
+    assert sum(rest) == 2 < len(stages(graph, cands)[2])  # of six pairs, the two on the cover
+    assert len(left) == 4 and all(why.startswith("bounded out") for why in left.values())
+    assert all(math.isinf(costs[k]) for k in left)
+    rejected = driver.rejections(graph, cands, costs, est, left)
+    assert sum(r.count for r in rejected) == 4 and len(rejected) == 2  # one group per backend
+    est = split_chain()[3]
+    _, left = driver.measure(est, cands, graph=graph, bound=False)
+    assert sum(len(b) for b in est.batches[2:]) == 6 - len(left) > 2
+
+
+def test_a_region_on_the_floor_cover_brings_its_nodes_on_the_backends_taking_turns():
+    """The cover's pairs come with the same pairs on the other backend; b's front pair is
+    then pruned (half its dearest op, 2, is more than a's pair, 1.2), a's back pair timed."""
+    graph, n, cands, est = split_chain(turns=("a", "b"))
+    _, left = driver.measure(est, cands, graph=graph)
+    measured = {(c.backend, c.sub_graph.first, len(c.sub_graph.nodes))
+                for b in est.batches[2:] for c in b}
+    front, back = n[0], n[2]
+    assert measured == {("a", front, 2), ("a", back, 2), ("b", back, 2)}
+    pruned = [cands[k] for k, why in left.items() if why.startswith("pruned")]
+    assert [(c.backend, c.sub_graph.first) for c in pruned] == [("b", front)]
