@@ -54,7 +54,8 @@ def compile(model: ModelInput, backends: Sequence[str] | None = None,
     most (default 1). `measure_budget_s`: seconds the measure phase may take — whole models
     and single ops are always measured, then larger candidates until the budget is spent
     (default: no limit); `prune` skips larger candidates that cannot win given what was
-    measured before them (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
+    measured before them, and those no cover cheaper than the one found could hold even at
+    their floor (`collage_mlir.search.prune`). `merge` joins adjacent chosen regions on one backend
     where the union measures no slower (`collage_mlir.search.merge`). `islands`: before the
     search, carve the ops another backend runs cheaper out of the cheapest whole model and
     offer the measured parts around them to the search (`collage_mlir.search.islands`).

@@ -132,7 +132,8 @@ class PartitionOptions:
     """Seconds the measure phase may take before it stops measuring multi-op candidates
     (None: no limit)."""
     prune: bool = True
-    """Skip multi-op candidates that cannot win given the single ops (`search.prune`)."""
+    """Skip multi-op candidates that cannot win given what was measured before them, and
+    measure the rest along the lower bound (`search.prune`); False measures everything."""
     merge: bool = True
     """Merge adjacent chosen regions on one backend where the union measures no slower."""
     islands: bool = True
