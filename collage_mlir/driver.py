@@ -481,11 +481,11 @@ def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartiti
     same_nodes: dict[int, list[int]] = {}
     for k in stage:
         same_nodes.setdefault(candidates[k].inside, []).append(k)
-    floor_s = math.inf
+    floor_s, exact = math.inf, True
     while pending:
         try:
-            wanted, floor_s = floor_cover(graph, candidates, known(), pending,
-                                          estimator.transition_cost)
+            wanted, floor_s, exact = floor_cover(graph, candidates, known(), pending,
+                                                 estimator.transition_cost, exact)
         except Uncovered:  # no cover at all: measure everything, so the search can say why
             wanted = sorted(pending)
         if not wanted:

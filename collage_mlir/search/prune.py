@@ -40,7 +40,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.graph import DataflowGraph
 from collage_mlir.search.partitioning import TransitionCost
-from collage_mlir.search.search import search
+from collage_mlir.search.search import MAX_EXACT_STATES, search
 
 FUSION_FLOOR = 0.5
 """A region on a backend costs at least this share of its dearest op alone there."""
@@ -216,19 +216,24 @@ def stop_above(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
 
 def floor_cover(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                 known: Mapping[int, float], pending: Collection[int],
-                transition: TransitionCost | None) -> tuple[list[int], float]:
+                transition: TransitionCost | None, exact: bool = True
+                ) -> tuple[list[int], float, bool]:
     """The least-cost cover when each candidate in `pending` costs its floor (`FUSION_FLOOR`
     times its dearest op alone on its backend, as `known` holds single ops; 0 when it holds
     none of them) and every other one what `known` says (+inf when it says nothing): the
-    pending candidates on that cover, in its order, and its cost. While the floors hold,
-    no cover costs less; with no pending candidate on it, it is the least-cost cover."""
+    pending candidates on that cover, in its order, its cost, and whether the search was
+    exact. While the floors hold and it is, no cover costs less; with no pending candidate
+    on it, it is the least-cost cover. `exact=False` goes straight to the search's beam:
+    where the exact search ran out of states once, it will again, round after round."""
     single, _ = _known_costs(candidates, known)
     costs = [known.get(k, math.inf) for k in range(len(candidates))]
     for k in pending:
         costs[k] = _floor(candidates[k], single)
-    pick = search(graph, candidates, costs, transition, unknown="invalid")
+    pick = search(graph, candidates, costs, transition, unknown="invalid",
+                  max_states=MAX_EXACT_STATES if exact else 0)
     index = {id(c): k for k, c in enumerate(candidates)}
-    return [index[id(c)] for c in pick.candidates if index[id(c)] in pending], pick.total_cost
+    return ([index[id(c)] for c in pick.candidates if index[id(c)] in pending],
+            pick.total_cost, pick.exact)
 
 
 def _floor(c: CandidatePartition, single: Mapping[tuple[str, int], float]) -> float:

@@ -302,7 +302,7 @@ def test_the_floor_cover_costs_unmeasured_regions_at_half_their_dearest_op():
     single, whole, rest = stages(graph, cands)
     known = dict(zip(single + whole, est.estimate([cands[k] for k in single + whole]),
                      strict=True))
-    wanted, floor_s = floor_cover(graph, cands, known, set(rest), None)
+    wanted, floor_s, _ = floor_cover(graph, cands, known, set(rest), None)
     names = {(cands[k].backend, len(cands[k].sub_graph.nodes), cands[k].sub_graph.first)
              for k in wanted}
     # a's front pair and b's back pair at their floors: half of 1 each
@@ -310,8 +310,11 @@ def test_the_floor_cover_costs_unmeasured_regions_at_half_their_dearest_op():
     assert {(b, size) for b, size, _ in names} == {("a", 2), ("b", 2)}
     # measured, the same cover is the least-cost one, and nothing pending is on it
     known.update({k: est.estimate([cands[k]])[0] for k in wanted})
-    wanted, floor_s = floor_cover(graph, cands, known, set(rest) - set(known), None)
-    assert wanted == [] and floor_s == 2.4
+    wanted, floor_s, exact = floor_cover(graph, cands, known, set(rest) - set(known), None)
+    assert wanted == [] and floor_s == 2.4 and exact
+    # the beam straight away (where the exact search ran out of states once): not exact
+    assert floor_cover(graph, cands, known, set(rest) - set(known), None, exact=False)[1:] == (
+        2.4, False)
 
 
 def test_the_rest_is_measured_along_the_floor_cover_and_ends_on_the_same_pick():
