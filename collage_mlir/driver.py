@@ -421,9 +421,11 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
     def known() -> dict[int, float]:
         return {k: cost for k, cost in enumerate(costs) if not math.isnan(cost)}
 
-    def run(n: int, stage: list[int]) -> None:
-        """Measures `stage` (of stage `n`) batch by batch; fills `costs` and `left`."""
+    def run(n: int, stage: list[int]) -> bool:
+        """Measures `stage` (of stage `n`) batch by batch; fills `costs` and `left`. True
+        when the budget ran out on it."""
         nonlocal done
+        spent = False
         later = n >= 2  # after single ops and whole models: prunable, within the budget
         for group in _batches(graph, candidates, n, stage, known, prune,
                               estimator.reference_backend, estimator.alternates):
@@ -434,9 +436,9 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
                 done += len(out)
             for chunk in _chunks(group, MEASURE_CHUNK if later and budget_s else len(group)):
                 if later and budget_s is not None and time.perf_counter() - start > budget_s:
-                    left.update({k: f"not measured: the measure budget ({budget_s:g} s) "
-                                    "was spent" for k in chunk})
+                    left.update(dict.fromkeys(chunk, _budget_note(budget_s)))
                     done += len(chunk)
+                    spent = True
                     continue
                 bounds = (stop_above(graph, candidates, chunk, known(),
                                      estimator.transition_cost)
@@ -448,14 +450,15 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
                 for k, cost in zip(chunk, got, strict=True):
                     costs[k] = cost
                 done += len(chunk)
+        return spent
 
     groups = stages(graph, candidates) if graph is not None else [list(range(len(candidates)))]
     for n, stage in enumerate(groups):
         if not stage:
             continue
         if n >= 2 and bound:
-            left.update(_measure_bounded(graph, candidates, stage, known, left, run,
-                                         estimator))
+            left.update(_measure_bounded(graph, candidates, stage, known, run, estimator,
+                                         budget_s))
             if bar:
                 bar(len(candidates), len(candidates))
         else:
@@ -469,9 +472,8 @@ def _measure_stages(estimator: CostEstimator, candidates: Sequence[CandidatePart
 
 def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                      stage: list[int], known: Callable[[], dict[int, float]],
-                     left: Mapping[int, str],
-                     run: Callable[[int, list[int]], None], estimator: CostEstimator
-                     ) -> dict[int, str]:
+                     run: Callable[[int, list[int]], bool], estimator: CostEstimator,
+                     budget_s: float | None) -> dict[int, str]:
     """The rest measured along the lower bound (`floor_cover`), round by round: each round
     measures (`run`) the unmeasured regions on the floor cover and the regions on the same
     nodes on the backends that take turns (`estimator.alternates`), so that contenders
@@ -490,16 +492,18 @@ def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartiti
             wanted = sorted(pending)
         if not wanted:
             break
-        turns = {j for k in wanted for j in same_nodes[candidates[k].inside]
-                 if j in pending and estimator.alternates(candidates[j].backend)}
-        batch = [k for k in stage if k in pending and (k in turns or k in wanted)]
-        run(2, batch)
-        pending -= set(batch)
-        spent = [left[k] for k in batch if "measure budget" in left.get(k, "")]
-        if spent:
-            return dict.fromkeys(pending, spent[0])
+        chosen = set(wanted) | {j for k in wanted for j in same_nodes[candidates[k].inside]
+                                if j in pending and estimator.alternates(candidates[j].backend)}
+        batch = [k for k in stage if k in chosen]
+        pending -= chosen
+        if run(2, batch):
+            return dict.fromkeys(pending, _budget_note(budget_s))
     return dict.fromkeys(pending, "bounded out: at its floor (half its dearest op alone) no "
                          f"cover through it beats the one found ({floor_s * 1e3:.4g} ms)")
+
+
+def _budget_note(budget_s: float | None) -> str:
+    return f"not measured: the measure budget ({budget_s:g} s) was spent"
 
 
 def _batches(graph: DataflowGraph | None, candidates: Sequence[CandidatePartition], n: int,
