@@ -498,8 +498,17 @@ def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartiti
         pending -= chosen
         if run(2, batch):
             return dict.fromkeys(pending, _budget_note(budget_s))
-    return dict.fromkeys(pending, "bounded out: at its floor (half its dearest op alone) no "
-                         f"cover through it beats the one found ({floor_s * 1e3:.4g} ms)")
+    return dict.fromkeys(pending, _bounded_note(floor_s, exact))
+
+
+def _bounded_note(floor_s: float, exact: bool) -> str:
+    """Why a region was bounded out; a beam's cover is only the cheapest it found."""
+    if exact:
+        return ("bounded out: at its floor (half its dearest op alone) no cover through it "
+                f"beats the one found ({floor_s * 1e3:.4g} ms)")
+    return ("bounded out: at its floor (half its dearest op alone) the search's beam found no "
+            f"cover through it below the one found ({floor_s * 1e3:.4g} ms; not proven: "
+            "the exact search ran out of states)")
 
 
 def _budget_note(budget_s: float | None) -> str:

@@ -8,6 +8,7 @@ from test_search import cand, graph_of
 
 from collage_mlir import driver
 from collage_mlir.cost.base import CostEstimator
+from collage_mlir.search import prune
 from collage_mlir.search.prune import (
     FUSION_FLOOR,
     LOSER_FACTOR,
@@ -19,7 +20,7 @@ from collage_mlir.search.prune import (
     stages,
     stop_above,
 )
-from collage_mlir.search.search import search
+from collage_mlir.search.search import MAX_EXACT_STATES, search
 
 
 class PerOp(CostEstimator):
@@ -338,6 +339,24 @@ def test_the_rest_is_measured_along_the_floor_cover_and_ends_on_the_same_pick():
     est = split_chain()[3]
     _, left = driver.measure(est, cands, graph=graph, bound=False)
     assert sum(len(b) for b in est.batches[2:]) == 6 - len(left) > 2
+
+
+def test_regions_bounded_out_by_the_beam_are_not_called_proven(monkeypatch):
+    """Where the exact search runs out of states, the cover is the beam's: the regions it
+    leaves out are reported so, not as shown unable to win."""
+    def measured(max_states):
+        graph, _, cands, est = split_chain()
+        est.transition_cost = lambda src, dst, nbytes: 0.0 if src == dst else 0.1
+        monkeypatch.setattr(prune, "MAX_EXACT_STATES", max_states)  # only priced hand-offs
+        costs, left = driver.measure(est, cands, graph=graph)   # can run out of states
+        return search(graph, cands, costs, est.transition_cost).candidates, left
+
+    exact_pick, exact_left = measured(MAX_EXACT_STATES)
+    beam_pick, beam_left = measured(0)
+    assert exact_left and not any("not proven" in why for why in exact_left.values())
+    assert beam_left and all("not proven" in why for why in beam_left.values())
+    assert [(c.backend, c.inside) for c in beam_pick] == [(c.backend, c.inside)
+                                                         for c in exact_pick]
 
 
 def test_a_region_on_the_floor_cover_brings_its_nodes_on_the_backends_taking_turns():
