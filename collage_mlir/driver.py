@@ -644,16 +644,18 @@ def _carve_one(what: str, nb: Partitioning, whole_s: float,
                candidates: list[CandidatePartition], costs: list[float],
                estimator: CostEstimator, progress: bool, spent: bool) -> Carved:
     """One archipelago `nb` of the whole model (estimated `whole_s`) measured and offered
-    (`carve_islands`). The largest part is measured alone first: when, the others scaled
-    alike, the cover lies more than TIMING_SLACK above the whole model, nothing is added (a
-    part that cannot run drops it too); with the budget `spent`, nothing is measured."""
+    (`carve_islands`). The parts are measured largest first, in batches doubling in size
+    (1, 2, 4, ...): when, the others scaled as the measured ones came out, the cover lies
+    more than TIMING_SLACK above the whole model, nothing is added and nothing more is
+    measured (small parts pay a call each, which the largest alone does not show; a part
+    that cannot run drops it too); with the budget `spent`, nothing is measured."""
     if spent:
         return Carved(what, None, whole_s, "not measured: the measure budget was spent")
     order = parts(nb)
     bar = ProgressBar(ISLANDS) if progress else None
     measured: dict[int, float] = {}
-    for chunk in (order[:1], order[1:]):
-        got = estimator.estimate([nb.choices[k].candidate for k in chunk]) if chunk else []
+    for chunk in _doubling(order):
+        got = estimator.estimate([nb.choices[k].candidate for k in chunk])
         bad = next((k for k, cost in zip(chunk, got, strict=True) if not math.isfinite(cost)),
                    None)
         if bad is not None:
@@ -688,6 +690,14 @@ def _carve_one(what: str, nb: Partitioning, whole_s: float,
             costs.append(measured[k])
     indices = [have[ch.candidate.backend, ch.candidate.inside] for ch in cover.choices]
     return Carved(what, cover, whole_s, indices=indices)
+
+
+def _doubling(items: Sequence[int]) -> Iterator[list[int]]:
+    """`items` in consecutive batches of 1, 2, 4, ... (the last one what is left)."""
+    start, size = 0, 1
+    while start < len(items):
+        yield list(items[start:start + size])
+        start, size = start + size, 2 * size
 
 
 # -- search ---------------------------------------------------------------------------------

@@ -83,6 +83,30 @@ def test_an_archipelago_past_the_slack_after_its_largest_part_is_not_measured_fu
         in trial.why
 
 
+def test_an_archipelago_whose_small_parts_come_out_dear_is_dropped_before_the_last(
+        tmp_path, monkeypatch) -> None:
+    """The largest parts measured nearly free, the smaller ones at 20 s each (small parts pay
+    a call each): the first batch keeps the cover within the slack, the second (two parts)
+    puts it past it, and the last four are never asked for."""
+    asked: list = []
+    estimate = TableEstimator.estimate
+
+    def dear_small_parts(self, candidates, progress=None):
+        got = estimate(self, candidates, progress)
+        for k, c in enumerate(candidates):
+            if c.rule_name == ISLAND_RULE:
+                asked.append(c)
+                got[k] = 1e-3 if c.inside.bit_count() > 90 else 20.0
+        return got
+
+    monkeypatch.setattr(TableEstimator, "estimate", dear_small_parts)
+    model = collage_mlir.compile(EXAMPLE, BACKENDS, cost=table(tmp_path))
+    assert len(asked) == 3 and asked[0].inside.bit_count() > 90
+    assert not parts(model)
+    (trial,) = [t for t in model.trials if t.phase == ISLANDS]
+    assert not trial.kept and "with 3 of its 7 parts measured" in trial.why
+
+
 def test_no_archipelago_is_measured_once_the_measure_budget_is_spent(tmp_path) -> None:
     """A measure budget already spent by the other candidates leaves the parts unmeasured,
     and the report says so."""
