@@ -160,6 +160,50 @@ def _deepspeech2(hidden: int = 512, layers: int = 3, features: int = 161
     return build
 
 
+def _crnn(width: int = 320, hidden: int = 256, classes: int = 37) -> Callable[[], object]:
+    """CRNN, the classic text-line recogniser (Shi, Bai and Yao 2016; the layout of
+    crnn.pytorch, which OCR pipelines such as PaddleOCR's recognisers follow): a VGG-style
+    stack of seven convolutions over a 32-pixel-high grey line image, its columns as a
+    sequence into two bidirectional LSTMs, a per-column character classifier (CTC). A
+    convolution stack and recurrences of similar weight: parts that favour different
+    backends on CPU."""
+    def build():
+        torch, _ = _require()
+        nn = torch.nn
+
+        def conv(i: int, o: int, k: int = 3, pad: int = 1, norm: bool = False) -> list:
+            return [nn.Conv2d(i, o, k, 1, pad), *([nn.BatchNorm2d(o)] if norm else []),
+                    nn.ReLU()]
+
+        class BiLSTM(nn.Module):
+            def __init__(self, inp: int, out: int) -> None:
+                super().__init__()
+                self.rnn = nn.LSTM(inp, hidden, bidirectional=True)
+                self.fc = nn.Linear(2 * hidden, out)
+
+            def forward(self, x):
+                x, _ = self.rnn(x)
+                return self.fc(x)
+
+        class CRNN(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.cnn = nn.Sequential(
+                    *conv(1, 64), nn.MaxPool2d(2, 2), *conv(64, 128), nn.MaxPool2d(2, 2),
+                    *conv(128, 256, norm=True), *conv(256, 256),
+                    nn.MaxPool2d((2, 2), (2, 1), (0, 1)),
+                    *conv(256, 512, norm=True), *conv(512, 512),
+                    nn.MaxPool2d((2, 2), (2, 1), (0, 1)), *conv(512, 512, 2, 0, norm=True))
+                self.rnn = nn.Sequential(BiLSTM(512, hidden), BiLSTM(hidden, classes))
+
+            def forward(self, image):
+                x = self.cnn(image).squeeze(2).permute(2, 0, 1)  # columns, batch, channels
+                return self.rnn(x).log_softmax(-1)
+
+        return CRNN()
+    return build
+
+
 def _fast_neural_style() -> Callable[[], object]:
     """Fast neural style transfer (Johnson et al. 2016; the layout of pytorch/examples'
     TransformerNet, which the ONNX model zoo's style-transfer models were exported from):
@@ -272,6 +316,7 @@ ZOO: dict[str, ZooModel] = {
                               {"input_values": ((1, 16000), "image")}, "last_hidden_state"),
     "deepspeech2": ZooModel(_deepspeech2(), {"spectrogram": ((1, 1, 161, 200), "image")},
                             "log_probs"),
+    "crnn": ZooModel(_crnn(), {"image": ((1, 1, 32, 320), "image")}, "log_probs"),
     "fast_neural_style": ZooModel(_fast_neural_style(), {"image": ((1, 3, 224, 224), "image")},
                                   "stylized"),
     # a state-space language model (mamba2-130m's shape; its chunked scan is einsums over
