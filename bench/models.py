@@ -1,8 +1,8 @@
 """A zoo of models exported the way users export them, with random but well-scaled weights.
 
 Each model is a `transformers` architecture built from its config (no weights can be
-downloaded here), or one written out below as torch modules (DeepSpeech2's GRUs, fast
-neural style's instance norms), written by `torch.onnx.export` (the TorchScript exporter,
+downloaded here), or one written out below as torch modules (DeepSpeech2's GRUs, CRNN's
+LSTMs, fast neural style's instance norms), written by `torch.onnx.export` (the TorchScript exporter,
 opset 17, no simplifier): the files keep the run-time shape computations (Shape → Gather →
 Concat → Reshape, attention masks from the sequence length) that users' exports contain.
 
