@@ -15,7 +15,9 @@ That makes "never slower than the best single backend beyond the noise" a measur
 not an estimate. Whatever can be the incumbent (the pick when it is one region over the
 whole model, else every whole model) is also timed as a second, separately loaded
 instance: builds of one model differ by a few percent, so a challenger must beat the
-incumbent's faster build, by more than the widest spread the run saw. The caller may add
+incumbent's faster build, by more than the widest spread the run saw; of two whole models
+within that spread, the faster over that run and a second one of the two alone is the
+incumbent (`fastest_whole`). The caller may add
 challengers of several regions it built (the archipelago carved before the search, when
 the search took another cover): they can replace the incumbent, never be it. When the
 budget buys few rounds, contenders far slower than the fastest are put out of the race after
@@ -34,6 +36,7 @@ from iree.compiler import ir
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.check.compare import (
+    CONFIRM_ROUNDS,
     NOISE_FLOOR,
     Runner,
     time_side_by_side,
@@ -190,8 +193,9 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     as its second build (name → runner). A contender's median is its faster instance's;
     the run's noise is the widest relative spread between two timings of one contender.
     The incumbent is the pick when it is one region, else the fastest whole model (a split
-    must earn its hand-offs). Another contender replaces the incumbent only when it is
-    faster by more than the noise (and NOISE_FLOOR), and again when the two are timed
+    must earn its hand-offs; `fastest_whole`). Another contender replaces the incumbent
+    only when it is faster by more than the noise (and NOISE_FLOOR), and again when the
+    two are timed
     alone: of several contenders timed once, the fastest is as often the one whose timing
     erred lowest. `regions`: each contender's region count (a contender of several regions
     other than the pick, a carved cover, is a challenger, never the incumbent).
@@ -218,7 +222,8 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     noise = max(spreads)
     margin = max(NOISE_FLOOR, noise)
     wholes = [n for n in medians if n != PICK and regions[n] == 1]
-    incumbent = PICK if regions[PICK] == 1 else min(wholes, key=lambda n: (medians[n], n))
+    incumbent = PICK if regions[PICK] == 1 else fastest_whole(wholes, medians, margin, best,
+                                                                inputs, rounds)
     challenger = min((n for n in medians if n != incumbent), key=lambda n: (medians[n], n))
     kept = incumbent
     if medians[challenger] < medians[incumbent] * (1 - margin) and wins_again(
@@ -227,6 +232,25 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     out_of_race = sorted(n for n in out if n in runners)
     return Verdict(kept, {**medians, **{n: out[n] for n in out_of_race}}, noise=noise,
                    rounds=rounds, out_of_race=out_of_race)
+
+
+def fastest_whole(wholes: Sequence[str], medians: Mapping[str, float], margin: float,
+                  runners: Mapping[str, Runner], inputs: Sequence[np.ndarray], rounds: int
+                  ) -> str:
+    """The incumbent a split pick must beat: the fastest of the whole models `wholes` by
+    `medians`; when the runner-up lies within `margin` of it, the two are timed again side
+    by side alone (at least CONFIRM_ROUNDS rounds), and the faster over both timings (the
+    lower product of its two medians) is the incumbent: among many contenders a round's
+    drift can order two close whole models either way, and a split that ties with the
+    slower one is not a win."""
+    ranked = sorted(wholes, key=lambda n: (medians[n], n))
+    if len(ranked) < 2 or medians[ranked[1]] > medians[ranked[0]] * (1 + margin):
+        return ranked[0]
+    pair = ranked[:2]
+    again = {t.name: t.median_s for t in time_side_by_side(
+        {n: runners[n] for n in pair}, inputs, rounds=max(rounds, CONFIRM_ROUNDS), warmup=1,
+        seed=2)}
+    return min(pair, key=lambda n: (medians[n] * again[n], n))
 
 
 def check_pick(pick: PartitionedModel, pristine: ir.Module, alternatives: list[Partitioning],

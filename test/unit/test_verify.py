@@ -565,6 +565,37 @@ def test_a_carved_challenger_is_never_the_incumbent(monkeypatch):
     assert verify.fastest(runners, [], 5, regions).kept == "carved"
 
 
+def test_two_whole_models_within_the_noise_are_timed_again_alone(monkeypatch):
+    """A split pick and two whole models, onnxruntime's 0.5% ahead of OpenVINO's among all
+    contenders (within the noise floor): the two are timed again alone, OpenVINO's wins
+    there and is the incumbent, and the pick, within the noise of both, does not replace
+    it. The two timings are weighed together. Two whole models far apart are not timed
+    again."""
+    main = {verify.PICK: 0.995, "onnxruntime whole": 1.0, "openvino whole": 1.005}
+    alone = {"onnxruntime whole": 1.04, "openvino whole": 1.0}
+    calls: list = []
+
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        calls.append((sorted(runners), rounds))
+        table = alone if set(runners) == set(alone) else {
+            **main, verify.AGAIN: main[verify.PICK],
+            **{verify.rebuilt(n): t for n, t in main.items()}}
+        return [Timing(n, table[n], table[n]) for n in runners]
+
+    monkeypatch.setattr(verify, "time_side_by_side", timer)
+    runners = dict.fromkeys(main)
+    regions = {verify.PICK: 4, "onnxruntime whole": 1, "openvino whole": 1}
+    assert verify.fastest(runners, [], 5, regions).kept == "openvino whole"
+    assert calls[-1] == (sorted(alone), verify.CONFIRM_ROUNDS)
+    # both timings count: 1.5% behind among all, 0.5% ahead alone is still behind
+    main["openvino whole"], alone["onnxruntime whole"] = 1.015, 1.005
+    assert verify.fastest(runners, [], 5, regions).kept == "onnxruntime whole"
+    main["openvino whole"] = 1.2
+    calls.clear()
+    assert verify.fastest(runners, [], 5, regions).kept == "onnxruntime whole"
+    assert len(calls) == 1
+
+
 def spread_timings(medians: dict[str, float], calls: list):
     """A stand-in for time_side_by_side whose every call of a contender took its fixed
     time (its median, fastest and slowest call alike; second instances as their first);
