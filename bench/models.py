@@ -2,9 +2,10 @@
 
 Each model is a `transformers` architecture built from its config (no weights can be
 downloaded here), or one written out below as torch modules (DeepSpeech2's GRUs, CRNN's
-LSTMs, fast neural style's instance norms), written by `torch.onnx.export` (the TorchScript exporter,
-opset 17, no simplifier): the files keep the run-time shape computations (Shape → Gather →
-Concat → Reshape, attention masks from the sequence length) that users' exports contain.
+LSTMs, fast neural style's instance norms), written by `torch.onnx.export` (the
+TorchScript exporter, opset 17, no simplifier): the files keep the run-time shape
+computations (Shape → Gather → Concat → Reshape, attention masks from the sequence length)
+that users' exports contain.
 
 Why re-initialise: the configs' default init makes deep CNN outputs ~1e-20 (denormals, which
 time differently per backend and make output checks meaningless). So linear and convolution
@@ -160,7 +161,7 @@ def _deepspeech2(hidden: int = 512, layers: int = 3, features: int = 161
     return build
 
 
-def _crnn(width: int = 320, hidden: int = 256, classes: int = 37) -> Callable[[], object]:
+def _crnn(hidden: int = 256, classes: int = 37) -> Callable[[], object]:
     """CRNN, the classic text-line recogniser (Shi, Bai and Yao 2016; the layout of
     crnn.pytorch, which OCR pipelines such as PaddleOCR's recognisers follow): a VGG-style
     stack of seven convolutions over a 32-pixel-high grey line image, its columns as a

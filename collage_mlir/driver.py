@@ -503,12 +503,11 @@ def _measure_bounded(graph: DataflowGraph, candidates: Sequence[CandidatePartiti
 
 def _bounded_note(floor_s: float, exact: bool) -> str:
     """Why a region was bounded out; a beam's cover is only the cheapest it found."""
-    if exact:
-        return ("bounded out: at its floor (half its dearest op alone) no cover through it "
-                f"beats the one found ({floor_s * 1e3:.4g} ms)")
-    return ("bounded out: at its floor (half its dearest op alone) the search's beam found no "
-            f"cover through it below the one found ({floor_s * 1e3:.4g} ms; not proven: "
-            "the exact search ran out of states)")
+    found = f"{floor_s * 1e3:.4g} ms"
+    how = (f"no cover through it beats the one found ({found})" if exact else
+           f"the search's beam found no cover through it below the one found ({found}; not "
+           "proven: the exact search ran out of states)")
+    return f"bounded out: at its floor (half its dearest op alone) {how}"
 
 
 def _budget_note(budget_s: float | None) -> str:

@@ -195,9 +195,8 @@ def fastest(runners: dict[str, Runner], inputs: Sequence[np.ndarray], rounds: in
     The incumbent is the pick when it is one region, else the fastest whole model (a split
     must earn its hand-offs; `fastest_whole`). Another contender replaces the incumbent
     only when it is faster by more than the noise (and NOISE_FLOOR), and again when the
-    two are timed
-    alone: of several contenders timed once, the fastest is as often the one whose timing
-    erred lowest. `regions`: each contender's region count (a contender of several regions
+    two are timed alone: of several contenders timed once, the fastest is as often the one
+    whose timing erred lowest. `regions`: each contender's region count (a contender of several regions
     other than the pick, a carved cover, is a challenger, never the incumbent).
     `budget_s`: when given and `rounds` is short of the most `rounds_for` gives, contenders
     are screened first (`screen`): those out of the race keep their screening medians, the
