@@ -621,7 +621,8 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                   costs: list[float], estimator: CostEstimator, progress: bool = False,
                   left_s: float = math.inf) -> list[Carved]:
     """Offer the search the cheapest whole model's archipelagos (`search.islands`, at most
-    WHOLE_ARCHIPELAGOS, and the two carved at once when each alone was kept): the parts
+    WHOLE_ARCHIPELAGOS, and the two carved at once when each alone came out below the whole
+    model): the parts
     around each one's islands are measured, largest first, and appended to `candidates` and
     `costs` (in place); none when no archipelago qualifies. The search covers the nodes around an island with rule-sized candidates only,
     a call each, so it cannot price such a cover otherwise. `left_s`: what the measure
@@ -636,7 +637,8 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
         spent = left_s - (time.perf_counter() - start) <= 0
         out.append(_carve_one(f"{what}'s whole model", nb, whole.total_cost, candidates, costs,
                               estimator, progress, spent))
-    if union is not None and all(c.cover is not None for c in out):
+    if union is not None and all(c.cover is not None and c.cover.total_cost < c.whole_s
+                                 for c in out):
         spent = left_s - (time.perf_counter() - start) <= 0
         out.append(_carve_one(f"{union[0]}'s whole model", union[1], whole.total_cost,
                               candidates, costs, estimator, progress, spent))
