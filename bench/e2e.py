@@ -313,11 +313,25 @@ def run_noise(row: dict, backends: list[str]) -> float:
     """How far identical models landed apart in the run: X against its control X#2, and
     against X's single-backend partition, or the mix, when that is one region on X (X's
     whole model again)."""
+    return max((spread for spread, _ in _twin_spreads(row, backends)), default=0.0)
+
+
+def noise_cell(row: dict, backends: list[str]) -> str:
+    """Which two timings of one model set the run's noise, and theirs (a wide noise is
+    often one instance that ran slow throughout, not the whole run)."""
+    spreads = _twin_spreads(row, backends)
+    if not spreads:
+        return "no second instance timed"
+    _, (b, twin) = max(spreads)
+    return f"{twin} {row[twin]:.2f} ms against {b} {row[b]:.2f}"
+
+
+def _twin_spreads(row: dict, backends: list[str]) -> list[tuple[float, tuple[str, str]]]:
+    """(relative spread, (X, its twin)) for each pair `run_noise` compares."""
     twins = [(b, f"{b}#2") for b in backends] + [
         (b, f"{b}/collage") for b in backends if row.get(f"{b}/collage_regions") == 1] + [
         (b, "mix") for b in backends if row.get("mix_whole_on") == b]
-    return max((abs(row[t] / row[b] - 1) for b, t in twins if b in row and t in row),
-               default=0.0)
+    return [(abs(row[t] / row[b] - 1), (b, t)) for b, t in twins if b in row and t in row]
 
 
 def refinement_cell(refinement) -> str:
@@ -466,6 +480,7 @@ def main() -> int:
         print("|   per-op winners (measure table): " + ", ".join(
             f"{b} {v:.0%}" for b, v in sorted(shares.items(), key=lambda t: -t[1]) if v)
             + f" of the per-op minima; best backend op by op {headroom:.2f}x that |")
+        print(f"|   noise: {noise_cell(row, backends)} |")
         for line in row["islands"]:
             print(f"|   before the search: {line} |")
         if row["check"]:  # what the pick was kept on, minutes before the columns were timed

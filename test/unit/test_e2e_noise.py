@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from e2e import Outcome, geomean, run_noise, summary  # noqa: E402
+from e2e import Outcome, geomean, noise_cell, run_noise, summary  # noqa: E402
 
 
 @pytest.mark.parametrize("whole_on, noise", [(None, 0.01), ("openvino", 0.09)])
@@ -21,6 +21,14 @@ def test_a_mix_of_one_region_is_a_twin_of_its_backends_whole_model(whole_on, noi
     if whole_on:
         row["mix_whole_on"] = whole_on
     assert run_noise(row, ["onnxruntime", "openvino"]) == pytest.approx(noise)
+    assert noise_cell(row, ["onnxruntime", "openvino"]) == (
+        "mix 109.00 ms against openvino 100.00" if whole_on else
+        "openvino#2 101.00 ms against openvino 100.00")
+
+
+def test_the_noise_names_no_pair_when_nothing_was_timed_twice():
+    assert noise_cell({"openvino": 100.0, "mix": 90.0}, ["openvino"]) == (
+        "no second instance timed")
 
 
 def test_the_summary_judges_each_model_against_its_own_noise():
