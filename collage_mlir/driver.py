@@ -622,10 +622,10 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                   left_s: float = math.inf) -> list[Carved]:
     """Offer the search the cheapest whole model's archipelagos (`search.islands`, at most
     WHOLE_ARCHIPELAGOS, and the two carved at once when each alone came out below the whole
-    model): the parts
-    around each one's islands are measured, largest first, and appended to `candidates` and
-    `costs` (in place); none when no archipelago qualifies. The search covers the nodes around an island with rule-sized candidates only,
-    a call each, so it cannot price such a cover otherwise. `left_s`: what the measure
+    model): the parts around each one's islands are measured, largest first, and appended
+    to `candidates` and `costs` (in place); none when no archipelago qualifies. The search
+    covers the nodes around an island with rule-sized candidates only, a call each, so it
+    cannot price such a cover otherwise. `left_s`: what the measure
     budget leaves (spent: nothing more is measured)."""
     found = whole_archipelagos(graph, candidates, costs, estimator.transition_cost)
     if found is None:

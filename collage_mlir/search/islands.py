@@ -119,9 +119,8 @@ def union_archipelago(pick: Partitioning, measured: ByNodes, transition: Transit
     """(label, `pick` carved) for the two archipelagos gaining most (`archipelagos`) carved
     at once (at most MAX_CARVED islands), or None when fewer than two qualify. Each
     archipelago's parts lie around its own islands only, so the search cannot price the two
-    carved together: the nodes between a layer's CumSum and its Expand are part of neither's
-    parts (on the demo and mamba2_4l each archipelago alone beat the whole model, and
-    refinement timed both carved together 5% faster than either)."""
+    carved together without these: the nodes between a layer's CumSum and its Expand lie
+    in no part of either."""
     top = _groups(pick, measured, transition)[:2]
     if len(top) < 2:
         return None
@@ -177,8 +176,7 @@ def _label(groups: Sequence[tuple[tuple[str, str, str], list[Island]]]) -> str:
         + f" out of {owners}"
 
 
-def _gaining(found: list[tuple[float, CandidatePartition, float, float]]
-             ) -> list[tuple[float, CandidatePartition, float, float]]:
+def _gaining(found: list[Island]) -> list[Island]:
     """The islands of `found` (gain first) gaining at least MIN_SHARE of the best one."""
     floor = MIN_SHARE * max(g[0] for g in found)
     return [g for g in found if g[0] >= floor]
@@ -203,8 +201,7 @@ def whole_archipelagos(graph: DataflowGraph, candidates: Sequence[CandidateParti
     found = archipelagos(pick, measured, transition, WHOLE_ARCHIPELAGOS)
     if not found:
         return None
-    union = union_archipelago(pick, measured, transition) if WHOLE_ARCHIPELAGOS > 1 else None
-    return pick, found, union
+    return pick, found, union_archipelago(pick, measured, transition)
 
 
 def island_types(nb: Partitioning) -> str:
