@@ -54,12 +54,15 @@ from collage_mlir.runtime.report import (
 )
 from collage_mlir.scratch import sweep
 from collage_mlir.search.islands import (
+    ESTIMATE_SLACK,
     ISLAND_RULE,
     TIMING_SLACK,
+    Archipelago,
     island_types,
     parts,
     repriced,
     scaled_guess,
+    union,
     whole_archipelagos,
 )
 from collage_mlir.search.merge import Merge, coalesce
@@ -621,27 +624,30 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                   costs: list[float], estimator: CostEstimator, progress: bool = False,
                   left_s: float = math.inf) -> list[Carved]:
     """Offer the search the cheapest whole model's archipelagos (`search.islands`, at most
-    WHOLE_ARCHIPELAGOS, and the two carved at once when each alone came out below the whole
-    model): the parts around each one's islands are measured, largest first, and appended
-    to `candidates` and `costs` (in place); none when no archipelago qualifies. The search
-    covers the nodes around an island with rule-sized candidates only, a call each, so it
-    cannot price such a cover otherwise. `left_s`: what the measure
-    budget leaves (spent: nothing more is measured)."""
+    WHOLE_ARCHIPELAGOS) and the two of them estimated cheapest carved at once, when each
+    of those two came out no more than ESTIMATE_SLACK above the whole model: the parts
+    around each one's islands are measured, largest first, and appended to `candidates`
+    and `costs` (in place); none when no archipelago qualifies. The search covers the
+    nodes around an island with rule-sized candidates only, a call each, so it cannot
+    price such a cover otherwise. `left_s`: what the measure budget leaves (spent:
+    nothing more is measured)."""
     found = whole_archipelagos(graph, candidates, costs, estimator.transition_cost)
     if found is None:
         return []
-    whole, carved, union = found
+    whole, ranked = found
     start = time.perf_counter()
-    out = []
-    for what, nb in carved:
+
+    def offered(a: Archipelago) -> Carved:
         spent = left_s - (time.perf_counter() - start) <= 0
-        out.append(_carve_one(f"{what}'s whole model", nb, whole.total_cost, candidates, costs,
-                              estimator, progress, spent))
-    if union is not None and all(c.cover is not None and c.cover.total_cost < c.whole_s
-                                 for c in out):
-        spent = left_s - (time.perf_counter() - start) <= 0
-        out.append(_carve_one(f"{union[0]}'s whole model", union[1], whole.total_cost,
-                              candidates, costs, estimator, progress, spent))
+        return _carve_one(f"{a.label}'s whole model", a.carved(whole, estimator.transition_cost),
+                          whole.total_cost, candidates, costs, estimator, progress, spent)
+
+    out = [offered(a) for a in ranked]
+    close = sorted((c.cover.total_cost, k) for k, c in enumerate(out)
+                   if c.cover is not None and c.cover.total_cost
+                   <= c.whole_s * (1 + ESTIMATE_SLACK))
+    if len(close) >= 2:
+        out.append(offered(union([ranked[k] for _, k in sorted(close[:2], key=lambda t: t[1])])))
     return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from collage_mlir.candidate import CandidatePartition
 from collage_mlir.graph import DataflowGraph, NodeKind, SubGraph, iter_bits
@@ -38,10 +39,11 @@ MAX_CARVED = 128
 MAX_ARCHIPELAGOS = 1
 """Archipelagos refinement proposes per partitioning at most, the op type gaining most
 first."""
-WHOLE_ARCHIPELAGOS = 2
+WHOLE_ARCHIPELAGOS = 3
 """Archipelagos carved out of the cheapest whole model before the search at most: which op
-type gains most is read off single ops timed alone, and two types close in that reading
-(the demo's CumSums and Expands) change places from one cold run to the next."""
+types gain most is read off single ops timed alone, and types close in that reading
+(mamba2_4l's CumSums, Expands and Transposes) change places from one cold run to the
+next."""
 
 ESTIMATE_SLACK = 0.15
 """A carved cover estimated, once the parts around its islands are measured (or guessed from
@@ -101,39 +103,65 @@ Island = tuple[float, CandidatePartition, float, float]
 """An island an archipelago carves: (its gain, the candidate, its cost, what its op costs
 alone on its region's backend)."""
 
+Group = tuple[str, str, str]
+"""(op type, rival backend, region's backend): the islands one archipelago carves."""
+
+
+@dataclass(frozen=True)
+class Archipelago:
+    """Islands carved at once: of one op type (`archipelagos`), or of several
+    (`union`), gain first, at most MAX_CARVED."""
+
+    groups: tuple[tuple[Group, int], ...]
+    """Each op type's group and how many of its islands this carves."""
+    islands: tuple[Island, ...]
+
+    @property
+    def label(self) -> str:
+        """"islands onnxruntime: 3 x CumSum, 3 x Expand out of openvino"."""
+        rivals: dict[str, list[str]] = {}
+        for (op_type, rival, _), n in self.groups:
+            rivals.setdefault(rival, []).append(f"{n} x {op_type}")
+        owners = ", ".join(dict.fromkeys(backend for (_, _, backend), _ in self.groups))
+        return "islands " + "; ".join(f"{r}: {', '.join(what)}" for r, what in rivals.items()) \
+            + f" out of {owners}"
+
+    def carved(self, pick: Partitioning, transition: TransitionCost | None) -> Partitioning:
+        """`pick` with every island carved out of the region holding it."""
+        nb = pick
+        for _, island, cost, own in self.islands:
+            k = next(j for j, ch in enumerate(nb.choices)
+                     if not island.inside & ~ch.candidate.inside)
+            nb = carve(nb, k, island, cost, own, transition)
+        return nb
+
+
+def union(found: Sequence[Archipelago]) -> Archipelago:
+    """`found` carved at once, at most MAX_CARVED islands. Each archipelago's parts lie
+    around its own islands only, so the search cannot price several carved together
+    without this: the nodes between a layer's CumSum and its Expand lie in no part of
+    either."""
+    islands = [island for a in found for island in a.islands][:MAX_CARVED]
+    return Archipelago(tuple(g for a in found for g in a.groups), tuple(islands))
+
 
 def archipelagos(pick: Partitioning, measured: ByNodes, transition: TransitionCost | None,
                  limit: int = MAX_ARCHIPELAGOS) -> list[tuple[str, Partitioning]]:
-    """(label, `pick` carved) for every single op of one type that another backend runs
-    cheaper than its region's backend by more than the hand-offs into and out of it cost
-    (`transition`), carved out at once: one per op type and backend pair, the `limit`
-    gaining most, each at most MAX_CARVED islands, none gaining less than MIN_SHARE of the
-    best. Ops cheaper alone only by the other backend's per-call cost (SegFormer's
-    Transposes) gain less than their hand-offs."""
-    return [(_label([group]), _carve_all(pick, group[1], transition))
-            for group in _groups(pick, measured, transition)[:limit]]
+    """(label, `pick` carved) for the `limit` archipelagos gaining most (`ranked`)."""
+    return [(a.label, a.carved(pick, transition))
+            for a in ranked(pick, measured, transition)[:limit]]
 
 
-def union_archipelago(pick: Partitioning, measured: ByNodes, transition: TransitionCost | None
-                      ) -> tuple[str, Partitioning] | None:
-    """(label, `pick` carved) for the two archipelagos gaining most (`archipelagos`) carved
-    at once (at most MAX_CARVED islands), or None when fewer than two qualify. Each
-    archipelago's parts lie around its own islands only, so the search cannot price the two
-    carved together without these: the nodes between a layer's CumSum and its Expand lie
-    in no part of either."""
-    top = _groups(pick, measured, transition)[:2]
-    if len(top) < 2:
-        return None
-    islands = [island for _, found in top for island in found][:MAX_CARVED]
-    return _label(top), _carve_all(pick, islands, transition)
-
-
-def _groups(pick: Partitioning, measured: ByNodes, transition: TransitionCost | None
-            ) -> list[tuple[tuple[str, str, str], list[Island]]]:
-    """((op type, rival backend, region's backend), its islands, gain first) for each group
-    `archipelagos` may carve, the one gaining most first."""
+def ranked(pick: Partitioning, measured: ByNodes, transition: TransitionCost | None
+           ) -> list[Archipelago]:
+    """Every single op of one type that another backend runs cheaper than its region's
+    backend by more than the hand-offs into and out of it cost (`transition`), as one
+    archipelago per op type and backend pair, the one gaining most first: each at most
+    MAX_CARVED islands, none gaining less than MIN_SHARE of the best, at least two. Ops
+    cheaper alone only by the other backend's per-call cost (SegFormer's Transposes) gain
+    less than their hand-offs."""
     graph = pick.graph
-    groups: dict[tuple[str, str, str], list[Island]] = {}
+    groups: dict[Group, list[Island]] = {}
     for ch in pick.choices:
         backend = ch.candidate.backend
         for i in iter_bits(ch.candidate.inside):
@@ -149,31 +177,13 @@ def _groups(pick: Partitioning, measured: ByNodes, transition: TransitionCost | 
                 key = (graph.nodes[i].op_type, best[1].backend, backend)
                 groups.setdefault(key, []).append((gain, best[1], best[0], own))
     groups = {key: _gaining(found) for key, found in groups.items()}
-    ranked = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
-                     if len(found) > 1), key=lambda t: (-t[0], t[1]))
-    return [(key, sorted(found, key=lambda t: (-t[0], t[1].sort_key()))[:MAX_CARVED])
-            for _, key, found in ranked]
-
-
-def _carve_all(pick: Partitioning, islands: Sequence[Island],
-               transition: TransitionCost | None) -> Partitioning:
-    """`pick` with every island carved out of the region holding it."""
-    nb = pick
-    for _, island, cost, own in islands:
-        k = next(j for j, ch in enumerate(nb.choices)
-                 if not island.inside & ~ch.candidate.inside)
-        nb = carve(nb, k, island, cost, own, transition)
-    return nb
-
-
-def _label(groups: Sequence[tuple[tuple[str, str, str], list[Island]]]) -> str:
-    """"islands onnxruntime: 3 x CumSum, 3 x Expand out of openvino"."""
-    rivals: dict[str, list[str]] = {}
-    for (op_type, rival, _), found in groups:
-        rivals.setdefault(rival, []).append(f"{len(found)} x {op_type}")
-    owners = ", ".join(dict.fromkeys(backend for (_, _, backend), _ in groups))
-    return "islands " + "; ".join(f"{r}: {', '.join(what)}" for r, what in rivals.items()) \
-        + f" out of {owners}"
+    order = sorted(((sum(g[0] for g in found), key, found) for key, found in groups.items()
+                    if len(found) > 1), key=lambda t: (-t[0], t[1]))
+    out = []
+    for _, key, found in order:
+        islands = sorted(found, key=lambda t: (-t[0], t[1].sort_key()))[:MAX_CARVED]
+        out.append(Archipelago(((key, len(islands)),), tuple(islands)))
+    return out
 
 
 def _gaining(found: list[Island]) -> list[Island]:
@@ -184,12 +194,10 @@ def _gaining(found: list[Island]) -> list[Island]:
 
 def whole_archipelagos(graph: DataflowGraph, candidates: Sequence[CandidatePartition],
                        costs: Sequence[float], transition: TransitionCost | None
-                       ) -> tuple[Partitioning, list[tuple[str, Partitioning]],
-                                  tuple[str, Partitioning] | None] | None:
-    """(the cheapest whole model as a one-region cover, the label and the cover of each of
-    its archipelagos: `archipelagos`, at most WHOLE_ARCHIPELAGOS, and of the two carved at
-    once: `union_archipelago`, or None), or None when no whole model is valid or no op type
-    qualifies. Their parts (`parts`) are priced at their shares until measured."""
+                       ) -> tuple[Partitioning, list[Archipelago]] | None:
+    """(the cheapest whole model as a one-region cover, its archipelagos gaining most:
+    `ranked`, at most WHOLE_ARCHIPELAGOS), or None when no whole model is valid or no op
+    type qualifies."""
     wholes = [(cost, c) for c, cost in zip(candidates, costs, strict=True)
               if c.inside == graph.op_bits and math.isfinite(cost)]
     if not wholes:
@@ -197,11 +205,8 @@ def whole_archipelagos(graph: DataflowGraph, candidates: Sequence[CandidateParti
     cost, whole = min(wholes, key=lambda t: (t[0], t[1].backend))
     total, moved = evaluate(graph, [whole], [cost], transition)
     pick = Partitioning(graph, (Choice(whole, cost),), total, moved)
-    measured = by_nodes(candidates, costs)
-    found = archipelagos(pick, measured, transition, WHOLE_ARCHIPELAGOS)
-    if not found:
-        return None
-    return pick, found, union_archipelago(pick, measured, transition)
+    found = ranked(pick, by_nodes(candidates, costs), transition)[:WHOLE_ARCHIPELAGOS]
+    return (pick, found) if found else None
 
 
 def island_types(nb: Partitioning) -> str:
