@@ -647,7 +647,7 @@ def carve_islands(graph: DataflowGraph, candidates: list[CandidatePartition],
                    if c.cover is not None and c.cover.total_cost
                    <= c.whole_s * (1 + ESTIMATE_SLACK))
     if len(close) >= 2:
-        out.append(offered(union([ranked[k] for _, k in sorted(close[:2], key=lambda t: t[1])])))
+        out.append(offered(union([ranked[k] for k in sorted(k for _, k in close[:2])])))
     return out
 
 

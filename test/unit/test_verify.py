@@ -569,6 +569,20 @@ def test_a_carved_challenger_is_never_the_incumbent(monkeypatch):
     assert verify.fastest(runners, [], 5, regions).kept == "carved"
 
 
+def main_and_alone(main: dict[str, float], alone: dict[str, float], calls: list,
+                   again: float = 1.0):
+    """A stand-in for time_side_by_side reporting `alone` when exactly its contenders are
+    timed, else `main` (read at each call), the pick's second timing `again` times its
+    first and second builds as their first; `calls` collects (names, rounds) per call."""
+    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
+        calls.append((sorted(runners), rounds))
+        table = alone if set(runners) == set(alone) else {
+            **main, verify.AGAIN: main[verify.PICK] * again,
+            **{verify.rebuilt(n): t for n, t in main.items()}}
+        return [Timing(n, table[n], table[n]) for n in runners]
+    return timer
+
+
 def test_two_whole_models_within_the_noise_are_timed_again_alone(monkeypatch):
     """A split pick and two whole models, onnxruntime's 0.5% ahead of OpenVINO's among all
     contenders (within the noise floor): the two are timed again alone, OpenVINO's wins
@@ -578,15 +592,7 @@ def test_two_whole_models_within_the_noise_are_timed_again_alone(monkeypatch):
     main = {verify.PICK: 0.995, "onnxruntime whole": 1.0, "openvino whole": 1.005}
     alone = {"onnxruntime whole": 1.04, "openvino whole": 1.0}
     calls: list = []
-
-    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
-        calls.append((sorted(runners), rounds))
-        table = alone if set(runners) == set(alone) else {
-            **main, verify.AGAIN: main[verify.PICK],
-            **{verify.rebuilt(n): t for n, t in main.items()}}
-        return [Timing(n, table[n], table[n]) for n in runners]
-
-    monkeypatch.setattr(verify, "time_side_by_side", timer)
+    monkeypatch.setattr(verify, "time_side_by_side", main_and_alone(main, alone, calls))
     runners = dict.fromkeys(main)
     regions = {verify.PICK: 4, "onnxruntime whole": 1, "openvino whole": 1}
     assert verify.fastest(runners, [], 5, regions).kept == "openvino whole"
@@ -609,14 +615,8 @@ def test_a_whole_model_faster_than_a_one_region_pick_within_the_noise_is_timed_a
     main = {verify.PICK: 1.0, "onnxruntime whole": 0.97}
     alone = {verify.PICK: 1.0, "onnxruntime whole": 0.98}
     calls: list = []
-
-    def timer(runners, inputs, rounds=20, warmup=3, inner=1, seed=0):
-        calls.append((sorted(runners), rounds))
-        table = alone if set(runners) == set(alone) else {
-            **main, verify.AGAIN: main[verify.PICK] * 1.05}
-        return [Timing(n, table[n], table[n]) for n in runners]
-
-    monkeypatch.setattr(verify, "time_side_by_side", timer)
+    monkeypatch.setattr(verify, "time_side_by_side",
+                        main_and_alone(main, alone, calls, again=1.05))
     runners = dict.fromkeys(main)
     regions = {verify.PICK: 1, "onnxruntime whole": 1}
     verdict = verify.fastest(runners, [], 5, regions)
