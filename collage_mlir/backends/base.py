@@ -141,6 +141,10 @@ class Backend(abc.ABC):
     capability_revision: int = 0
     """Raised when `capability` changes its answer for the same backend version, so that
     answers the cache remembers are asked again."""
+    call_revision: int = 0
+    """Raised when the way a kernel is called changes what it costs for the same backend
+    version (a copy dropped from every call), so that costs the cache remembers, measured
+    through the old call, are measured again (`keyed_version`)."""
 
     @classmethod
     def outdated_failure(cls, reason: str) -> bool:
@@ -186,6 +190,10 @@ class Backend(abc.ABC):
     def load_kernel(self, module: ir.Module, stem: str) -> Kernel:
         """Load what `save_kernel` wrote for this region (`module`), or compile it again."""
         return self.compile(module)
+
+    def cache_version(self) -> str:
+        """The version cache keys carry: `version`, and `call_revision` once raised."""
+        return self.version + (f"+call{self.call_revision}" if self.call_revision else "")
 
     def cache_options(self) -> str:
         """The options that change compiled code, as a stable string for cache keys."""

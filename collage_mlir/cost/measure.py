@@ -164,7 +164,7 @@ def resolve_backend(target: str, options: Mapping[str, Any] | None = None) -> Ba
     if ":" in spec["target"]:
         root = _module_root(spec["target"].partition(":")[0])
         roots = (root,) if root else ()
-    return BackendInfo(spec, backend.name, backend.version, backend.cache_options(),
+    return BackendInfo(spec, backend.name, backend.cache_version(), backend.cache_options(),
                        shares_compiles(backend), roots, backend.capability_revision,
                        type(backend).outdated_failure)
 

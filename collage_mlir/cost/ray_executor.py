@@ -498,7 +498,7 @@ def probe_node(specs: dict[str, dict[str, Any]], sys_path: list[str]) -> dict[st
             explicit = explicit_threads(spec, backend)
             if explicit is not spec:
                 backend = load_backend(explicit)
-            backends[name] = {"spec": explicit, "version": backend.version,
+            backends[name] = {"spec": explicit, "version": backend.cache_version(),
                               "options": backend.cache_options()}
         except Exception as e:  # the driver says which backend and where
             backends[name] = {"error": one_line(e)}

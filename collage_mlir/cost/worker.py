@@ -126,7 +126,7 @@ class Worker:
                 self.reference = load_backend(msg["reference"])
             except Exception as e:  # measure anyway, unchecked, and say so
                 reference_error = f"{type(e).__name__}: {e}"
-        self.send(event="ready", name=self.backend.name, version=self.backend.version,
+        self.send(event="ready", name=self.backend.name, version=self.backend.cache_version(),
                   options=self.backend.cache_options(), reference_error=reference_error)
 
     def measure(self, msg: dict[str, Any]) -> None:
@@ -262,7 +262,7 @@ class Worker:
         dst = self._peer(msg["dst"])
         forward, backward = measure_points(src, dst, rings=self.rings)
         self.send(event="transition", forward=forward, backward=backward,
-                  src_version=src.version, dst_version=dst.version)
+                  src_version=src.cache_version(), dst_version=dst.cache_version())
 
     def _peer(self, spec: dict[str, Any]) -> Any:
         """The backend `spec` names, loaded once (this worker's own for its own spec)."""

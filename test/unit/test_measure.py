@@ -126,6 +126,25 @@ def test_second_estimate_is_all_cache_hits(tmp_path, graph):
     assert seen[-1] == (len(cands), len(cands))
 
 
+def test_a_cost_is_measured_again_when_its_backend_changes_how_kernels_are_called(
+        tmp_path, graph):
+    """A backend whose kernels are now called another way (OpenVINO: no copy of each output
+    per call) raises `call_revision`: costs measured through the old call are not reused."""
+    from fault_backend import NumpyTestBackend
+
+    cands = single_op(graph, "numpy_test")
+    with estimator(tmp_path, [NUMPY]) as est:
+        est.estimate(cands)
+        old = {est.key(c) for c in cands}
+    with patch.object(NumpyTestBackend, "call_revision", 1), \
+            estimator(tmp_path, [NUMPY]) as est:
+        est.estimate(cands)
+        assert est.stats.hits == 0 and est.stats.measured == est.stats.regions
+        assert not old & {est.key(c) for c in cands}
+        assert {r.version for r in est.cache.measurements("numpy_test")} == {
+            NumpyTestBackend().version, NumpyTestBackend().version + "+call1"}
+
+
 def test_inside_a_session_one_worker_per_backend_serves_every_estimate_call(tmp_path, graph):
     # a cold run's measure phase makes a dozen calls: a start costs 0.4-0.6 s each; after
     # the session (and outside one) no idle worker holds its runtimes' memory
