@@ -144,7 +144,7 @@ class Backend(abc.ABC):
     call_revision: int = 0
     """Raised when the way a kernel is called changes what it costs for the same backend
     version (a copy dropped from every call), so that costs the cache remembers, measured
-    through the old call, are measured again (`keyed_version`)."""
+    through the old call, are measured again (`cache_version`)."""
 
     @classmethod
     def outdated_failure(cls, reason: str) -> bool:
