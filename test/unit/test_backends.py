@@ -517,9 +517,8 @@ def test_a_borrowed_buffer_handed_on_is_read_afresh_on_every_call(
 @pytest.mark.parametrize("name", sorted(BACKENDS))
 def test_a_borrowed_call_allocates_no_copy_of_its_outputs(name: str) -> None:
     """`run_borrowed` is the runtime's call between regions: a copy of each output on every
-    call costs a region as much as its work does on big elementwise ops (OpenVINO's
-    `infer()` copied every output into a new array, unused: a 4 MiB Relu ran 1.75 ms
-    instead of 0.99). numpy's allocations are traced, so a per-call copy shows here."""
+    call costs a big elementwise region about as much as its work (OpenVINO's `infer()`
+    makes one by default). numpy's allocations are traced, so a per-call copy shows here."""
     import tracemalloc
 
     if not BACKENDS[name].available():
