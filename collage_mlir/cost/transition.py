@@ -139,8 +139,16 @@ class Rings:
         return self._by_backend[id(backend)][1][(n, copy)]
 
 
+REPEATS = 20
+"""Ring rounds per size at most (at least 6, `_hand_offs`), within BUDGET_S. The fitted
+costs move as much between two runs of the experiment as between 20 and 40 rounds, so more
+rounds buy time, not precision."""
+BUDGET_S = 1.0
+"""Seconds of rounds per size, after which the experiment moves on (once it has 6)."""
+
+
 def measure_points(src: Backend, dst: Backend, sizes: Sequence[int] = SIZES,
-                   repeats: int = 40, budget_s: float = 2.0,
+                   repeats: int = REPEATS, budget_s: float = BUDGET_S,
                    rings: Rings | None = None) -> tuple[list[Point], list[Point]]:
     """(nbytes, seconds) hand-off points for src→dst and dst→src, one per size.
 
