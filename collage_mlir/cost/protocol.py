@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from collage_mlir.cost.llc import sweep_bytes
 
 SYS_PATH_ENV = "COLLAGE_WORKER_SYS_PATH"
 NO_REFERENCE = "no reference backend"
@@ -36,12 +38,14 @@ class MeasureSettings:
     tighter bounds (1e-4, 1e-3) wrongly called invalid. A wrong kernel is off by far more.
     """
 
-    cold_bytes: int = 64 << 20
+    cold_bytes: int = field(default_factory=sweep_bytes)
     """Before each timed call, stream through a buffer this large (untimed). In a
-    partitioned model a region's call follows other regions' work: its weights were evicted
+    partitioned model a region's call follows other regions' work: its data was evicted
     and its backend's threads went idle. Timed hot, call after call, the regions of a mixed
     alexnet summed to 6.2 ms against 8.6 ms measured in the chain; timed after a 64 MiB
-    sweep, to 8.2-8.5 ms (a sleep of the same length alone gave 7.6; a 16 MiB sweep 6.7).
+    sweep, to 8.2-8.5 ms. By default twice the last-level cache of the machine that
+    measures, 16 to 64 MiB (`llc.sweep_bytes`): past the cache, a longer sweep moves no
+    region closer to its cost inside a chain, and it is paid before every timed call.
     0 times hot."""
     warmup: int = 2
     big_warmup_s: float = 0.2

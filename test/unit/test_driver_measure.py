@@ -15,6 +15,7 @@ from test_measure import FAST, FAULT, MODEL, NUMPY  # one tiny model and setting
 import collage_mlir
 from collage_mlir import driver
 from collage_mlir.backends.registry import _extra, register_backend
+from collage_mlir.cost.llc import sweep_bytes
 from collage_mlir.cost.measure import MeasuringEstimator
 from collage_mlir.cost.protocol import MeasureSettings
 from collage_mlir.errors import CollageError
@@ -132,7 +133,7 @@ def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, m
                                 kernel_budget_s=0.05)
     with est:
         assert est.timeout_s == 2.5 and est.settings.budget_s == 0.05
-        assert est.tolerance.rtol == 0.01 and est.settings.method == "cold67108864-b"
+        assert est.tolerance.rtol == 0.01 and est.settings.method == f"cold{sweep_bytes()}-b"
     with pytest.raises(CollageError, match="timeout 0"):
         driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite", timeout_s=0)
     with pytest.raises(CollageError, match="tolerance"):
@@ -141,7 +142,7 @@ def test_partition_and_compile_take_the_measuring_timeout_and_budget(tmp_path, m
     with driver.make_estimator("measure", [NUMPY], tmp_path / "c.sqlite",
                                tolerance=(0.1, 0.2)) as loose:
         assert (loose.tolerance.rtol, loose.tolerance.atol_scale) == (0.1, 0.2)
-        assert loose.settings.method == "cold67108864-b-tol0.1/0.2"
+        assert loose.settings.method == f"cold{sweep_bytes()}-b-tol0.1/0.2"
     seen = {}
 
     def spy(cost, backends, cache, timeout_s, kernel_budget_s, executor=None, tolerance=None):
