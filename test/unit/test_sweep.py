@@ -1,12 +1,16 @@
 """The cache sweep before each timed call is sized from the machine's last-level cache,
-read from a sysfs tree (fake ones here: one per machine shape)."""
+read from a sysfs tree (fake ones here: one per machine shape); the bench that compares
+sweeps against a mix's chain feeds each region what the chain hands it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import collage_mlir
 from collage_mlir.cost.llc import (
     SWEEP_MAX,
     SWEEP_MIN,
@@ -15,6 +19,8 @@ from collage_mlir.cost.llc import (
     sweep_bytes,
 )
 from collage_mlir.cost.protocol import MeasureSettings
+from collage_mlir.passes.pipeline import run_pipeline
+from collage_mlir.runtime import PartitionedModel
 
 MIB = 1 << 20
 
@@ -86,3 +92,31 @@ def test_rows_timed_after_another_sweep_are_other_rows():
     assert (MeasureSettings(cold_bytes=16 * MIB).method
             != MeasureSettings(cold_bytes=64 * MIB).method)
     assert MeasureSettings().cold_bytes == sweep_bytes()
+
+
+T = "!torch.vtensor<[2,4],f32>"
+CHAIN = f"""
+func.func @f(%arg0: {T}) -> {T} attributes {{collage.input_names = ["x"], collage.output_names = ["y"], torch.onnx_meta.opset_version = 17 : si64}} {{
+  %a = torch.operator "onnx.Relu"(%arg0) {{collage.region = 0 : i64, collage.backend = "onnxruntime"}} : ({T}) -> {T}
+  %b = torch.operator "onnx.Neg"(%a) {{collage.region = 1 : i64, collage.backend = "onnxruntime"}} : ({T}) -> {T}
+  return %b : {T}
+}}
+"""
+
+
+def test_bench_sweep_chain_times_each_region_on_what_the_chain_hands_it():
+    """`bench/sweep_chain.py` times a region on its inputs in the chain: the second region
+    gets the first one's output, kept as a copy that later runs do not overwrite."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from sweep_chain import step_inputs
+
+    module = collage_mlir.parse_mlir(CHAIN)
+    run_pipeline(module, "builtin.module(collage-outline)")
+    model = PartitionedModel.from_module(module)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    args = step_inputs(model, [x])
+    first, second = (args[step.callee] for step in model.plan.steps)
+    np.testing.assert_array_equal(first[0], x)
+    np.testing.assert_array_equal(second[0], np.maximum(x, 0))
+    model.run([-x])
+    np.testing.assert_array_equal(second[0], np.maximum(x, 0))
