@@ -906,7 +906,8 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     """Compile the probed pick, check it end to end (the measured carved covers the search
     did not take, `untaken`, among the contenders), refine what the check kept (on the
     `given` inputs, arranged, where there are some; carved covers the check could not time
-    are among its neighbours, those it timed no faster than what it kept are not)."""
+    are among its neighbours, those it timed no faster than what it kept are not, those it
+    timed faster without keeping them go first)."""
     partitioning, alternatives = probed.partitioning, probed.alternatives
     covers = [(c.label, c.cover) for c, _ in untaken]
     refining = verify and options.refine_budget_s != 0
@@ -914,7 +915,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
     refine_base = pristine  # the module refinement builds its neighbours from
     with _timed(timings, "compile"):
         result = build(module, partitioning, probed.saved)
-    verdict, settled = None, []
+    verdict, settled, faster = None, [], []
     if alternatives:
         with _timed(timings, "verify"):
             challengers, covers = carved_contenders(result, pristine, untaken, given,
@@ -925,6 +926,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                 remeasure_drifted(estimator, verdict, partitioning, alternatives)
                 _record_carved(untaken, verdict)
                 settled = settled_covers(untaken, verdict)
+                faster = faster_covers(untaken, verdict)
             if kept is not None and verdict.kept in challengers:
                 result = challengers[verdict.kept]  # built and checked already
             elif kept is not None:
@@ -940,7 +942,7 @@ def _finish(module: ir.Module, options: PartitionOptions, estimator: CostEstimat
                                         report_rows, estimator, [
                                             (b.name, b.partitioning) for b in notes.baselines
                                             if b.partitioning is not None], given, covers,
-                                        settled)
+                                        settled, faster)
             result = better or result
     probed.close()  # the saved kernels (on an error, when `probed` is collected)
     out = result.with_record(verdict=verdict, candidates=candidates,
@@ -1017,6 +1019,21 @@ def settled_covers(untaken: Sequence[tuple[Carved, Trial]], verdict: Verdict
                 and carved.contender != verdict.kept:
             out.append((carved.cover, f"the end-to-end check timed it at {timed * 1e3:.4g} "
                                       f"ms, {verdict.kept} at {kept_s * 1e3:.4g} ms"))
+    return out
+
+
+def faster_covers(untaken: Sequence[tuple[Carved, Trial]], verdict: Verdict
+                  ) -> list[tuple[str, Partitioning]]:
+    """The carved covers the check timed faster than what it kept and did not keep (short
+    of the noise, or not confirmed), labelled as the check named them: refinement times them
+    again first, whatever their estimate says."""
+    kept_s = verdict.timings.get(verdict.kept)
+    out = []
+    for carved, _ in untaken:
+        timed = verdict.timings.get(carved.contender)
+        if timed is not None and kept_s is not None and timed < kept_s \
+                and carved.contender != verdict.kept:
+            out.append((carved.contender, carved.cover))
     return out
 
 

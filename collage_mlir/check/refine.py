@@ -452,7 +452,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
            baselines: Sequence[tuple[str, Partitioning]] = (),
            inputs: list[np.ndarray] | None = None,
            covers: Sequence[tuple[str, Partitioning]] = (),
-           settled: Sequence[tuple[Partitioning, str]] = ()
+           settled: Sequence[tuple[Partitioning, str]] = (),
+           faster: Sequence[tuple[str, Partitioning]] = ()
            ) -> tuple[PartitionedModel | None, Refinement]:
     """A neighbour of `incumbent` (built from `pristine`, the module before outlining) that
     ran faster beyond the noise, or None; and the record of what was tried. With
@@ -462,8 +463,11 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     partitioning over the same node numbers): measured covers the search did not take (the
     archipelago carved before it), tried as the others are. `settled` (partitioning over the
     same node numbers, what was found): covers the end-to-end check timed no faster than what
-    it kept; a neighbour with the same regions is reported, not built. Neighbours are timed
-    and checked on `inputs` (the model's, arranged) where given, else on made-up ones."""
+    it kept; a neighbour with the same regions is reported, not built. `faster` (label,
+    partitioning): covers the check timed faster than what it kept without keeping them;
+    they go first and are built whatever their estimate (a timing outweighs an estimate).
+    Neighbours are timed and checked on `inputs` (the model's, arranged) where given, else
+    on made-up ones."""
     start = time.perf_counter()
     record = Refinement(estimate_s=incumbent.estimated_cost)
     if incumbent.partitioning is None or (budget_s is not None and budget_s <= 0):
@@ -489,10 +493,12 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
     tol = estimator.tolerance if estimator is not None else MeasureSettings()
     built: dict[str, tuple[PartitionedModel, Partitioning]] = {}
     fused = fusions(incumbent, pick)
+    timed_faster = {_regions(p) for _, p in faster}
     tried = _first_of_each(pick, sorted(
-        [(what, _rebased(p, graph)) for what, p in covers]
+        [(what, _rebased(p, graph)) for what, p in [*faster, *covers]]
         + neighbours(pick, candidates, costs, transition, fused)
-        + baseline_neighbours(pick, baselines), key=_order))
+        + baseline_neighbours(pick, baselines),
+        key=lambda t: (_regions(t[1]) not in timed_faster, *_order(t))))
     tried = _unsettled(tried, settled, record)
     note = kept_whole(pick, candidates, fused)
     if note is not None:
@@ -510,7 +516,7 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                                        f"of the pick: {record.run_s:.2f} s)"))
             continue
         building = time.perf_counter()
-        if estimator is not None:
+        if estimator is not None and _regions(nb) not in timed_faster:
             nb, why = _measured_rests(nb, estimator, transition, pick, _limit_s(
                 start, budget_s, len(built), record.run_s, with_control))
             if why:
@@ -526,7 +532,8 @@ def refine(incumbent: PartitionedModel, pristine: ir.Module,
                 record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,
                                            "not built: merging its parts gave the pick back"))
                 continue
-        above = _above(nb, pick) if estimator is not None and _carves(nb) else 0.0
+        above = (_above(nb, pick) if estimator is not None and _carves(nb)
+                 and _regions(nb) not in timed_faster else 0.0)
         if above > ESTIMATE_SLACK:
             record.building_s += time.perf_counter() - building
             record.trials.append(Trial(PHASE, what, nb.total_cost, None, False,

@@ -43,10 +43,10 @@ class MeasureSettings:
     partitioned model a region's call follows other regions' work: its data was evicted
     and its backend's threads went idle. Timed hot, call after call, the regions of a mixed
     alexnet summed to 6.2 ms against 8.6 ms measured in the chain; timed after a 64 MiB
-    sweep, to 8.2-8.5 ms. By default twice the last-level cache of the machine that
-    measures, 16 to 64 MiB (`llc.sweep_bytes`): past the cache, a longer sweep moves no
-    region closer to its cost inside a chain, and it is paid before every timed call.
-    0 times hot."""
+    sweep, to 8.2-8.5 ms. By default twice the last-level cache of the machine that runs
+    the search, 16 to 64 MiB (`llc.sweep_bytes`; its workers, on Ray nodes too, sweep the
+    size it sends): past the cache, a longer sweep moves no region closer to its cost
+    inside a chain, and it is paid before every timed call. 0 times hot."""
     warmup: int = 2
     big_warmup_s: float = 0.2
     """A kernel whose `warmup` calls took `timing.BIG_CALL_S` or more each is called on,

@@ -243,6 +243,23 @@ def test_only_a_carved_cover_timed_no_faster_than_what_the_check_kept_is_settled
     assert settled_covers([(kept, None)], Verdict("kept", {"pick": 1.0, "kept": 0.5})) == []
 
 
+def test_a_carved_cover_timed_faster_than_what_the_check_kept_goes_to_refinement_first(
+        ) -> None:
+    """Timed faster than the kept contender without being kept: handed to refinement by
+    the check's name for it. Timed slower, untimed, or kept: not."""
+    from types import SimpleNamespace
+
+    from collage_mlir.driver import faster_covers
+    from collage_mlir.runtime.report import Verdict
+
+    slower, faster, untimed, kept = (SimpleNamespace(contender=n, cover=n.upper())
+                                     for n in ("slower", "faster", "untimed", "kept"))
+    verdict = Verdict("pick", {"pick": 1.0, "slower": 1.25, "faster": 0.97})
+    assert faster_covers([(c, None) for c in (slower, faster, untimed)], verdict) == [
+        ("faster", "FASTER")]
+    assert faster_covers([(kept, None)], Verdict("kept", {"pick": 1.0, "kept": 0.5})) == []
+
+
 def test_an_archipelago_leaves_out_the_islands_that_gain_little(tmp_path,
                                                                monkeypatch) -> None:
     """Six of the nine scans priced on OpenVINO just above onnxruntime's price (each gains

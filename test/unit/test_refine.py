@@ -794,6 +794,35 @@ def test_a_neighbour_estimated_past_the_slack_once_its_parts_are_measured_is_not
         assert not [nb for nb in carved if len(nb.choices) == 2]  # no single Neg island
 
 
+@pytest.mark.parametrize("handed_as", ["covers", "faster"])
+def test_a_cover_the_check_timed_faster_is_built_first_whatever_its_estimate(
+        doubles, monkeypatch, handed_as):
+    """A carved cover estimated at four times the pick is left unbuilt when handed over as
+    a cover the check did not time (refinement tries the cheapest estimates); one the
+    end-to-end check timed faster without keeping it is built first, timed again and kept
+    on that timing."""
+    pristine, incumbent, cands, costs = chain_pick(4)
+    graph = live(pristine, incumbent).graph
+    head, *tail = (n.index for n in graph.op_nodes())  # no join proposes this cover
+    carved = plan(graph, (1 << head, 9e-3), (sum(1 << i for i in tail), 9e-3), rule="island")
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n == "carved" else 2e-3))
+    builds, build = [], refine_mod.build_neighbour
+    monkeypatch.setattr(refine_mod, "build_neighbour",
+                        lambda *a: builds.append(refine_mod._regions(a[1])) or build(*a))
+    better, record = refine_mod.refine(
+        incumbent, pristine, cands, costs, None, 5.0, driver.report_rows,
+        DearRestsDouble(9e-3), **{handed_as: [("carved", carved)]})
+    if handed_as == "faster":
+        (trial,) = [t for t in record.trials if t.what == "carved"]
+        assert builds[0] == refine_mod._regions(carved)
+        assert trial.kept and trial.measured_s == 1e-3
+        assert better is not None and len(better.plan.steps) == 2
+    else:  # the dearest of seven neighbours: past the six refinement tries
+        assert refine_mod._regions(carved) not in builds and better is None
+        assert not [t for t in record.trials if t.what == "carved" and t.measured_s]
+
+
 @pytest.mark.parametrize("rest_ms, built", [(1.0, True), (6.0, False)])
 def test_many_islands_stop_measuring_once_their_first_part_decides(
         doubles, monkeypatch, rest_ms, built):
