@@ -700,6 +700,17 @@ def plan(graph, *parts, rule: str = "greedy"):
                                      in zip(regions, parts, strict=True)), total, moved)
 
 
+def carved_fastest(monkeypatch) -> list:
+    """Times "carved" at 1 ms and every other contender at 2 ms; returns the list that
+    records each neighbour refinement builds (by its regions)."""
+    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
+        lambda n: 1e-3 if n == "carved" else 2e-3))
+    builds, build = [], refine_mod.build_neighbour
+    monkeypatch.setattr(refine_mod, "build_neighbour",
+                        lambda *a: builds.append(refine_mod._regions(a[1])) or build(*a))
+    return builds
+
+
 def test_a_cover_handed_over_is_a_neighbour_built_once_and_can_win(doubles, monkeypatch):
     """A measured cover the search did not take (the archipelago carved before it) is a
     neighbour and is kept when it times faster; one equal to the pick is not tried, and the
@@ -708,11 +719,7 @@ def test_a_cover_handed_over_is_a_neighbour_built_once_and_can_win(doubles, monk
     graph = live(pristine, incumbent).graph
     first, second, last = (n.index for n in graph.op_nodes())
     carved = plan(graph, (1 << first | 1 << second, 2.4e-3), (1 << last, 1e-3), rule="island")
-    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
-        lambda n: 1e-3 if n == "carved" else 2e-3))
-    builds, build = [], refine_mod.build_neighbour
-    monkeypatch.setattr(refine_mod, "build_neighbour",
-                        lambda *a: builds.append(refine_mod._regions(a[1])) or build(*a))
+    builds = carved_fastest(monkeypatch)
     better, record = refine_mod.refine(
         incumbent, pristine, cands, costs, None, 5.0, driver.report_rows,
         covers=[("carved", carved), ("the pick", live(pristine, incumbent))])
@@ -805,11 +812,7 @@ def test_a_cover_the_check_timed_faster_is_built_first_whatever_its_estimate(
     graph = live(pristine, incumbent).graph
     head, *tail = (n.index for n in graph.op_nodes())  # no join proposes this cover
     carved = plan(graph, (1 << head, 9e-3), (sum(1 << i for i in tail), 9e-3), rule="island")
-    monkeypatch.setattr(refine_mod, "time_side_by_side", timings_by(
-        lambda n: 1e-3 if n == "carved" else 2e-3))
-    builds, build = [], refine_mod.build_neighbour
-    monkeypatch.setattr(refine_mod, "build_neighbour",
-                        lambda *a: builds.append(refine_mod._regions(a[1])) or build(*a))
+    builds = carved_fastest(monkeypatch)
     better, record = refine_mod.refine(
         incumbent, pristine, cands, costs, None, 5.0, driver.report_rows,
         DearRestsDouble(9e-3), **{handed_as: [("carved", carved)]})
