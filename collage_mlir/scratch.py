@@ -9,15 +9,12 @@ good. Folders without the mark (older versions', or a user's) are left alone.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import shutil
-import signal
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 HELD = ".collage-held"
@@ -34,12 +31,11 @@ class ScratchDir:
     when garbage collected or at exit."""
 
     def __init__(self, kind: str, parent: str | os.PathLike | None = None) -> None:
-        with _signals_held():  # a Ctrl-C or SIGTERM in between would leave the folder
-            self.name = tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent)
-            fd = os.open(os.path.join(self.name, HELD), os.O_CREAT | os.O_RDWR, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, MARK)
-            self._finalizer = weakref.finalize(self, _remove, self.name, fd, os.getpid())
+        self.name = tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent)
+        fd = os.open(os.path.join(self.name, HELD), os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, MARK)
+        self._finalizer = weakref.finalize(self, _remove, self.name, fd, os.getpid())
 
     def cleanup(self) -> None:
         self._finalizer()
@@ -49,20 +45,6 @@ class ScratchDir:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
-
-
-HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back until the block ends: the exception their handlers
-    raise then finds the folder's removal registered."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _remove(name: str, fd: int, owner: int) -> None:
