@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -21,6 +22,7 @@ HELD = ".collage-held"
 MARK = b"collage_mlir scratch folder\n"
 """What the held file says: a folder without it is not one of ours and is never swept."""
 PREFIX = "collage-"
+_ATTEMPTS = 100
 GRACE_S = 60.0
 """A folder younger than this is never swept: its maker may not hold it yet."""
 
@@ -31,11 +33,30 @@ class ScratchDir:
     when garbage collected or at exit."""
 
     def __init__(self, kind: str, parent: str | os.PathLike | None = None) -> None:
-        self.name = tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-", dir=parent)
-        fd = os.open(os.path.join(self.name, HELD), os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, MARK)
-        self._finalizer = weakref.finalize(self, _remove, self.name, fd, os.getpid())
+        parent = os.path.abspath(parent or tempfile.gettempdir())
+        for _ in range(_ATTEMPTS):
+            self.name = os.path.join(parent, f"{PREFIX}{kind}-{secrets.token_hex(6)}")
+            fds: list[int] = []
+            # registered before the folder exists: whatever raises from here on (a signal's
+            # handler included) leaves nothing behind
+            self._finalizer = weakref.finalize(self, _remove, self.name, fds, os.getpid())
+            try:
+                os.mkdir(self.name, 0o700)
+            except FileExistsError:
+                self._finalizer.detach()
+                continue
+            except BaseException:
+                self._finalizer()
+                raise
+            try:
+                fds.append(os.open(os.path.join(self.name, HELD), os.O_CREAT | os.O_RDWR, 0o600))
+                fcntl.flock(fds[0], fcntl.LOCK_EX)
+                os.write(fds[0], MARK)
+                return
+            except BaseException:
+                self._finalizer()
+                raise
+        raise FileExistsError(f"no free scratch folder name under {parent} after {_ATTEMPTS} tries")
 
     def cleanup(self) -> None:
         self._finalizer()
@@ -47,10 +68,11 @@ class ScratchDir:
         self.cleanup()
 
 
-def _remove(name: str, fd: int, owner: int) -> None:
+def _remove(name: str, fds: list[int], owner: int) -> None:
     if os.getpid() == owner:  # a forked child's exit leaves its parent's folder alone
         shutil.rmtree(name, ignore_errors=True)
-    os.close(fd)  # the lock goes with the last descriptor
+    for fd in fds:
+        os.close(fd)  # the lock goes with the last descriptor
 
 
 def sweep(root: str | os.PathLike | None = None) -> tuple[int, int]:

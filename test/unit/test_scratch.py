@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from collage_mlir.scratch import GRACE_S, HELD, MARK, ScratchDir, sweep
 
 MAKE_AND_WAIT = """
@@ -74,3 +76,55 @@ def test_a_forked_child_leaves_its_parents_folder(tmp_path: Path) -> None:
     assert Path(held.name, HELD).exists()
     held.cleanup()
     assert not Path(held.name).exists()
+
+
+class _Terminated(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["mkdir", "open", "flock", "write"])
+def test_a_signal_while_a_folder_is_made_leaves_nothing(tmp_path: Path, monkeypatch,
+                                                        step: str) -> None:
+    """SIGTERM landing right after any step of making the folder (as `kill` once hit a
+    partition in CI) removes what was made, before the exception leaves the constructor."""
+    import collage_mlir.scratch as scratch
+
+    module = scratch.fcntl if step == "flock" else scratch.os
+    real = getattr(module, step)
+    sent = []
+
+    def then_signal(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not sent:  # once: the removal calls some of these too
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    def raise_terminated(signum, frame):
+        raise _Terminated
+
+    before = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        monkeypatch.setattr(module, step, then_signal)
+        with pytest.raises(_Terminated):
+            ScratchDir("weights", tmp_path)
+            time.sleep(1)  # the handler runs at the latest here
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGTERM, before)
+    assert not list(tmp_path.glob("collage-weights-*"))
+
+
+def test_a_name_taken_by_another_folder_is_left_alone(tmp_path: Path, monkeypatch) -> None:
+    import collage_mlir.scratch as scratch
+
+    names = iter(["taken", "free"])
+    monkeypatch.setattr(scratch.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / "collage-weights-taken").mkdir()
+    (tmp_path / "collage-weights-taken" / "theirs").write_bytes(b"x")
+    held = ScratchDir("weights", tmp_path)
+    assert held.name == str(tmp_path / "collage-weights-free")
+    assert (tmp_path / "collage-weights-taken" / "theirs").exists()
+    held.cleanup()
+    assert not Path(held.name).exists()
+    assert (tmp_path / "collage-weights-taken" / "theirs").exists()
