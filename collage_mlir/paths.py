@@ -9,3 +9,10 @@ from pathlib import Path
 
 def user_path(path: str | os.PathLike) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(os.fspath(path))))
+
+
+def cache_home() -> Path:
+    """Where collage_mlir keeps what it may recompute: `$XDG_CACHE_HOME/collage_mlir`,
+    else `~/.cache/collage_mlir`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "collage_mlir"

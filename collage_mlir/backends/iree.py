@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from collage_mlir.backends import iree_rewrites
+from collage_mlir.backends import artifacts, iree_rewrites
+from collage_mlir.backends.artifacts import artifact_key
 from collage_mlir.backends.base import (
     ALIGNMENT,
     Backend,
@@ -132,11 +133,14 @@ model's op signatures): iree-compile 3.13 never finished Pad mode=wrap on int32.
 
 
 def _compile(module: ir.Module, flags: Sequence[str], work: Path,
-             target: str = "llvm-cpu", timeout_s: float | None = None) -> Path:
+             target: str = "llvm-cpu", timeout_s: float | None = None,
+             kept_as: Sequence[str] = ()) -> Path:
     """Compile `module` with iree-compile through files in `work` (`regions.mlir` in,
     `regions.vmfb` out), raising past `timeout_s`. Files, not strings: a model's weights
     would otherwise be held as hex text, encoded again for the tool's stdin and returned
-    through its stdout (about five copies of the weights at once in this process)."""
+    through its stdout (about five copies of the weights at once in this process).
+    With `kept_as` (what else shapes the output: versions, this CPU), the output is taken
+    from and kept in the artifact store (`artifacts`)."""
     from iree.compiler.tools.core import (
         CompilerOptions,
         CompilerToolError,
@@ -147,6 +151,9 @@ def _compile(module: ir.Module, flags: Sequence[str], work: Path,
     source, output = work / "regions.mlir", work / "regions.vmfb"
     with open(source, "w") as f:
         module.operation.print(file=f)
+    key = artifact_key(source, [*kept_as, target, *flags]) if kept_as else ""
+    if key and artifacts.fetch(key, output, ".vmfb"):
+        return output
     targets = [target] if target == "llvm-cpu" else []  # a GPU target comes as a device flag
     options = CompilerOptions(output_file=str(output), target_backends=targets,
                               input_type="onnx", extra_args=list(flags))
@@ -158,6 +165,8 @@ def _compile(module: ir.Module, flags: Sequence[str], work: Path,
         raise RuntimeError(f"iree-compile did not finish in {timeout_s:.0f} s") from None
     if done.returncode != 0:
         raise CompilerToolError(done)
+    if key:
+        artifacts.keep(key, output, ".vmfb")
     return output
 
 
@@ -552,7 +561,8 @@ class IreeBackend(Backend):
             try:
                 combined, names = combine(modules, cpu_rewrites=self.cpu_rewrites)
                 vmfb_path = _compile(combined, self.flags if flags is None else flags,
-                                     Path(work), self.target)
+                                     Path(work), self.target,
+                                     kept_as=(self.version, cpu_identity()))
                 context, vmfb = self._load(vmfb_path)
             except Exception as e:
                 bad = _failed_functions(Path(work), names, str(e)) if len(names) > 1 else set()

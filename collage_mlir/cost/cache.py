@@ -52,7 +52,7 @@ from collage_mlir.cost.storage import (
     CacheStore,
 )
 from collage_mlir.errors import CollageError
-from collage_mlir.paths import user_path
+from collage_mlir.paths import cache_home, user_path
 
 __all__ = [
     "BUSY_LOAD", "BUSY_TIMEOUT_S", "CAPABILITY_COLUMNS", "ERROR", "INVALID",
@@ -72,8 +72,7 @@ def default_cache_path() -> Path:
     """`$COLLAGE_CACHE`, else `$XDG_CACHE_HOME/collage_mlir/cache.sqlite`, else ~/.cache/…"""
     if os.environ.get("COLLAGE_CACHE"):
         return user_path(os.environ["COLLAGE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "collage_mlir" / "cache.sqlite"
+    return cache_home() / "cache.sqlite"
 
 
 def default_cache_location() -> str | Path:

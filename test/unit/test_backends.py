@@ -206,7 +206,7 @@ def test_iree_compile_many_isolates_a_bad_region(monkeypatch) -> None:
     calls = []
     real = iree_backend._compile
     monkeypatch.setattr(iree_backend, "_compile",
-                        lambda *a: (calls.append(a), real(*a))[1])
+                        lambda *a, **kw: (calls.append(a), real(*a, **kw))[1])
     good = _graph(SMALL)
     bad = _graph(SMALL, opset=9)  # MaxPool at opset 9: IREE's input conversion refuses it
     pool = next(n for n in bad.op_nodes() if n.op_type == "MaxPool")
@@ -231,12 +231,12 @@ def test_iree_compiles_a_region_again_without_data_tiling_when_it_fails(monkeypa
     calls = []
     real = iree_backend._compile
 
-    def data_tiling_breaks(module, flags, *rest):
+    def data_tiling_breaks(module, flags, *rest, **kw):
         """A stand-in for the compiler bug: any compile with data tiling fails."""
         calls.append(tuple(flags))
         if "--iree-opt-data-tiling" in flags:
             raise RuntimeError("regions.mlir:1:1: error: large vector sizes (a test double)")
-        return real(module, flags, *rest)
+        return real(module, flags, *rest, **kw)
 
     monkeypatch.setattr(iree_backend, "_compile", data_tiling_breaks)
     good = _graph(SMALL)
@@ -261,7 +261,7 @@ def test_iree_retries_a_region_whose_joint_compile_error_names_it(monkeypatch) -
     calls = []
     real = iree_backend._compile
 
-    def sigmoid_breaks_with_data_tiling(module, flags, work, *rest):
+    def sigmoid_breaks_with_data_tiling(module, flags, work, *rest, **kw):
         """A stand-in for the compiler bug: data tiling fails on a Sigmoid, with an error
         placed at its line of regions.mlir, as iree-compile places its own."""
         calls.append(tuple(flags))
@@ -270,7 +270,7 @@ def test_iree_retries_a_region_whose_joint_compile_error_names_it(monkeypatch) -
             line = next(i for i, t in enumerate(text.splitlines(), 1) if "onnx.Sigmoid" in t)
             (work / "regions.mlir").write_text(text)
             raise RuntimeError(f"regions.mlir:{line}:5: error: large vector sizes (a double)")
-        return real(module, flags, work, *rest)
+        return real(module, flags, work, *rest, **kw)
 
     monkeypatch.setattr(iree_backend, "_compile", sigmoid_breaks_with_data_tiling)
     graph = _graph(SMALL)
@@ -459,7 +459,7 @@ def test_iree_joint_compiles_are_bounded_by_the_regions_weights(monkeypatch) -> 
     monkeypatch.setattr(iree_backend, "JOINT_WEIGHT_BYTES", 40000)  # two weights fit, not three
     calls = []
     real = iree_backend._compile
-    monkeypatch.setattr(iree_backend, "_compile", lambda *a: (calls.append(a), real(*a))[1])
+    monkeypatch.setattr(iree_backend, "_compile", lambda *a, **kw: (calls.append(a), real(*a, **kw))[1])
     kernels = backend.compile_many(modules)
     assert len(calls) == 2
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)

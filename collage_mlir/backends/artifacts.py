@@ -1,0 +1,113 @@
+"""Compiled artifacts kept between runs, keyed by what went into the compile.
+
+A compiler backend compiles the same region many times over a user's work: the probe, the
+end-to-end check's controls and the single-backend comparison each build the whole model,
+and every later run of `partition` or `make demo` builds them again (IREE: ~17 s for the
+demo's whole model). An artifact here is the compiler's output file, stored under a digest
+of its input file and of everything else that shapes it (compiler version, flags, target,
+this CPU), so a hit is the file the compiler would have written. Only successful compiles
+are stored; a failure is always compiled again.
+
+A hit is copied into the caller's folder, never handed out in place: each build then maps
+its own file, as a fresh compile's would be, and a store evicted meanwhile loses nothing.
+
+`$COLLAGE_ARTIFACTS` names the folder (default `cache_home()/artifacts`); `off` turns the
+store off. The store keeps its newest files within `MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from collage_mlir.paths import cache_home, user_path
+
+MAX_BYTES = 4 << 30
+"""What the store keeps at most; the least recently used files go first past it."""
+PARTIAL_GRACE_S = 3600.0
+"""A half-written copy older than this was left by a killed run, and is removed."""
+OFF = "off"
+_CHUNK = 1 << 20
+
+
+def store_dir() -> Path | None:
+    """The store's folder, None when `$COLLAGE_ARTIFACTS` is `off`."""
+    env = os.environ.get("COLLAGE_ARTIFACTS", "")
+    if env.strip().lower() == OFF:
+        return None
+    return user_path(env) if env else cache_home() / "artifacts"
+
+
+def artifact_key(source: Path, context: Sequence[str]) -> str:
+    """A digest of the file `source` and of the strings in `context` (in order)."""
+    h = hashlib.sha256()
+    for part in context:
+        h.update(part.encode())
+        h.update(b"\0")
+    with open(source, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch(key: str, dest: Path, suffix: str) -> bool:
+    """Copy the artifact `key` to `dest`; False when the store is off or has none."""
+    root = store_dir()
+    if root is None:
+        return False
+    path = root / f"{key}{suffix}"
+    try:
+        shutil.copyfile(path, dest)
+        os.utime(path)  # used: the last to be evicted
+    except OSError:
+        return False
+    return True
+
+
+def keep(key: str, artifact: Path, suffix: str) -> None:
+    """Store a copy of `artifact` as `key`, then evict past `MAX_BYTES`. Never raises: a
+    store that cannot be written (read-only, full) only costs the next run a compile."""
+    root = store_dir()
+    if root is None:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=root, prefix=".partial-")
+        os.close(fd)
+        try:
+            shutil.copyfile(artifact, partial)
+            os.replace(partial, root / f"{key}{suffix}")  # whole or not at all
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        _evict(root)
+    except OSError:
+        pass
+
+
+def _evict(root: Path) -> None:
+    entries = []
+    for p in root.iterdir():
+        try:
+            st = p.stat()
+            if p.name.startswith(".partial-"):  # a copy a killed run left
+                if time.time() - st.st_mtime > PARTIAL_GRACE_S:
+                    p.unlink()
+                continue
+        except OSError:
+            continue
+        entries.append((st.st_mtime, st.st_size, p))
+    total = sum(size for _, size, _ in entries)
+    for _, size, p in sorted(entries, key=lambda e: e[0]):
+        if total <= MAX_BYTES:
+            break
+        try:
+            p.unlink()
+        except OSError:
+            continue
+        total -= size
