@@ -8,8 +8,9 @@ of its input file and of everything else that shapes it (compiler version, flags
 this CPU), so a hit is the file the compiler would have written. Only successful compiles
 are stored; a failure is always compiled again.
 
-A hit is copied into the caller's folder, never handed out in place: each build then maps
-its own file, as a fresh compile's would be, and a store evicted meanwhile loses nothing.
+A hit is checked against the digest stored with it and copied into the caller's folder,
+never handed out in place: each build then maps its own file, as a fresh compile's would
+be, and a store evicted meanwhile loses nothing.
 
 `$COLLAGE_ARTIFACTS` names the folder (default `cache_home()/artifacts`); `off` turns the
 store off. The store keeps its newest files within `MAX_BYTES`.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -32,6 +32,9 @@ MAX_BYTES = 4 << 30
 PARTIAL_GRACE_S = 3600.0
 """A half-written copy older than this was left by a killed run, and is removed."""
 OFF = "off"
+DIGEST_BYTES = 32
+"""Each stored file ends with the SHA-256 of what comes before it: a file damaged in the
+store (a disk error, a hand edit) is dropped and compiled again, never loaded."""
 _CHUNK = 1 << 20
 
 
@@ -56,13 +59,24 @@ def artifact_key(source: Path, context: Sequence[str]) -> str:
 
 
 def fetch(key: str, dest: Path, suffix: str) -> bool:
-    """Copy the artifact `key` to `dest`; False when the store is off or has none."""
+    """Copy the artifact `key` to `dest`; False when the store is off, has none, or has one
+    whose bytes no longer match the digest kept with them (that one is removed)."""
     root = store_dir()
     if root is None:
         return False
     path = root / f"{key}{suffix}"
     try:
-        shutil.copyfile(path, dest)
+        with open(path, "rb") as src, open(dest, "wb") as out:
+            size = os.fstat(src.fileno()).st_size - DIGEST_BYTES
+            h, left = hashlib.sha256(), size
+            while left > 0 and (chunk := src.read(min(_CHUNK, left))):
+                h.update(chunk)
+                out.write(chunk)
+                left -= len(chunk)
+            intact = size >= 0 and left == 0 and src.read() == h.digest()
+        if not intact:
+            path.unlink(missing_ok=True)
+            return False
         os.utime(path)  # used: the last to be evicted
     except OSError:
         return False
@@ -70,17 +84,22 @@ def fetch(key: str, dest: Path, suffix: str) -> bool:
 
 
 def keep(key: str, artifact: Path, suffix: str) -> None:
-    """Store a copy of `artifact` as `key`, then evict past `MAX_BYTES`. Never raises: a
-    store that cannot be written (read-only, full) only costs the next run a compile."""
+    """Store a copy of `artifact` as `key`, its digest after it, then evict past
+    `MAX_BYTES`. Never raises: a store that cannot be written (read-only, full) only costs
+    the next run a compile."""
     root = store_dir()
     if root is None:
         return
     try:
         root.mkdir(parents=True, exist_ok=True)
         fd, partial = tempfile.mkstemp(dir=root, prefix=".partial-")
-        os.close(fd)
         try:
-            shutil.copyfile(artifact, partial)
+            with open(artifact, "rb") as src, os.fdopen(fd, "wb") as out:
+                h = hashlib.sha256()
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                out.write(h.digest())
             os.replace(partial, root / f"{key}{suffix}")  # whole or not at all
         finally:
             if os.path.exists(partial):

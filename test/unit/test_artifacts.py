@@ -74,6 +74,21 @@ def test_a_compile_met_again_comes_from_the_store(store: Path, compiles) -> None
     assert bytes(again.vmfb) == bytes(first.vmfb)
 
 
+def test_a_damaged_artifact_is_compiled_again_and_replaced(store: Path, compiles) -> None:
+    region, _keep = _module()
+    _backend().compile(region)
+    (stored,) = store.glob("*.vmfb")
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(_backend().compile(region).run([x])[0], _swish(x), rtol=1e-5)
+    assert len(compiles) == 2
+    assert stored.read_bytes() != bytes(data)  # the compile's output kept again
+    _backend().compile(region)
+    assert len(compiles) == 2
+
+
 def test_other_flags_are_another_artifact(store: Path, compiles) -> None:
     region, _keep = _module()
     backend = _backend()
