@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from collage_mlir.errors import CollageError
+from collage_mlir.sigstack import off_altstack
 
 DEBUG_ENV = "COLLAGE_DEBUG"
 
@@ -45,6 +46,8 @@ def guarded(prog: str, body: Callable[[], int]) -> int:
     """Run `body`; map every failure to (one stderr line, exit status)."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
+    if main:
+        off_altstack(signal.SIGINT, signal.SIGTERM)
     _terminated.clear()
     try:
         return body()

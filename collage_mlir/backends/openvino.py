@@ -42,6 +42,7 @@ from collage_mlir.graph.bits import iter_bits
 from collage_mlir.graph.dataflow import DataflowGraph, Node
 from collage_mlir.graph.subgraph import SubGraph
 from collage_mlir.scratch import HELD, ScratchDir
+from collage_mlir.sigstack import off_altstack
 
 DEVICE = "CPU"
 FUSED_SUFFIX = ".ovfused.json"
@@ -357,6 +358,7 @@ class OpenVinoBackend(Backend):
             import openvino as ov
 
             self._core = ov.Core()
+            off_altstack()  # its compiled models leave the signal stack dangling (`sigstack`)
         return self._core
 
     @property

@@ -18,7 +18,7 @@ SOURCES = {"collage_mlir": "collage_mlir", "passes": "collage_mlir.passes",
 """Source folder → the package it installs as (pyproject's package-dir)."""
 
 LAYERS: list[set[str]] = [
-    {"errors", "paths", "progress", "context", "scratch"},
+    {"errors", "paths", "progress", "context", "scratch", "sigstack"},
     {"dialects"},
     {"graph"},
     {"candidate", "tensors", "static_shapes", "canonical", "legacy", "export", "weights"},

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from collage_mlir.scratch import GRACE_S, HELD, MARK, ScratchDir, sweep
+from collage_mlir.sigstack import off_altstack
 
 MAKE_AND_WAIT = """
 import sys, time
@@ -104,6 +105,7 @@ def test_a_signal_while_a_folder_is_made_leaves_nothing(tmp_path: Path, monkeypa
         raise _Terminated
 
     before = signal.signal(signal.SIGTERM, raise_terminated)
+    off_altstack(signal.SIGTERM)  # as the command line's guard does (`sigstack`)
     try:
         monkeypatch.setattr(module, step, then_signal)
         with pytest.raises(_Terminated):
