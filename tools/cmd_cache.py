@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from collage_mlir.backends import artifacts
 from collage_mlir.errors import CollageError
 
 
@@ -217,6 +218,9 @@ def _stats(cache) -> None:
     for backend, counts in sorted(s["backends"].items()):
         parts = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
         out.write(f"  {backend}: {sum(counts.values())} ({parts})\n")
+    root, files, size = artifacts.usage()
+    out.write(f"compiled artifacts: {root}: {files} files, {size / 2**20:.1f} MiB\n"
+              if root is not None else "compiled artifacts: off ($COLLAGE_ARTIFACTS)\n")
 
 
 def _list(cache, backend: str | None) -> None:

@@ -109,6 +109,16 @@ def keep(key: str, artifact: Path, suffix: str) -> None:
         pass
 
 
+def usage() -> tuple[Path | None, int, int]:
+    """(the store's folder or None when off, files, bytes) of what it holds now."""
+    root = store_dir()
+    if root is None or not root.is_dir():
+        return root, 0, 0
+    sizes = [p.stat().st_size for p in root.iterdir()
+             if not p.name.startswith(".") and p.is_file()]
+    return root, len(sizes), sum(sizes)
+
+
 def _evict(root: Path) -> None:
     entries = []
     for p in root.iterdir():

@@ -159,3 +159,21 @@ def test_a_copy_a_killed_run_left_is_removed_after_its_grace(store: Path,
     made.write_bytes(b"x")
     artifacts.keep("k", made, ".bin")
     assert sorted(p.name for p in store.iterdir()) == [".partial-young", "k.bin"]
+
+
+def test_cache_stats_says_what_the_store_holds(store: Path, tmp_path: Path, monkeypatch,
+                                               capsys) -> None:
+    from collage_mlir.cost.cache import open_cache
+    from collage_mlir.tools.cli import main
+
+    made = tmp_path / "made.bin"
+    made.write_bytes(b"x" * 2048)
+    artifacts.keep("a", made, ".vmfb")
+    artifacts.keep("b", made, ".vmfb")
+    cache = str(tmp_path / "c.sqlite")
+    open_cache(cache).close()
+    assert main(["cache", "stats", "--cache", cache]) == 0
+    assert f"compiled artifacts: {store}: 2 files, 0.0 MiB" in capsys.readouterr().out
+    monkeypatch.setenv("COLLAGE_ARTIFACTS", "off")
+    assert main(["cache", "stats", "--cache", cache]) == 0
+    assert "compiled artifacts: off" in capsys.readouterr().out
