@@ -7,13 +7,14 @@ or any `.onnx` path. For each model: partition with all backends (measured costs
 in one interleaved run: the mix, each backend running the whole model, and each backend's
 single-backend partition (`--backends X`, which should match X alone within a few percent).
 Every contender is built after partitioning, twice (`--controls`: X and X#2), and its column
-is the faster of its two builds: the mix as a user deploys it (saved, then loaded; the
-instance `compile` returns was built amid hundreds of measurement kernels, and on alexnet it
-ran as the slowest of five builds of one model), each backend's whole model.
-"noise" is how far two builds of the same model land apart in the same run (X and X#2, and
-X's single-backend partition or the mix when it is one region on X): a mix/best ratio inside
-it is a tie. A build more than ODD_BUILD off its twin ran slow throughout (a stalled
-instance, not a spread of builds): it is named and left out of the noise.
+is the fastest of its builds: the mix as a user deploys it (saved, then loaded; the
+instance `compile` returned is timed beside it, on a line of its own), each backend's whole
+model (its single-backend partition, when that is one region, is a third build of it).
+"noise" is how far a contender's fastest build may be off: the gap to its next fastest
+build, the widest over the contenders, and when the mix is one region on X, the gap between
+the mix and X (the same model: a tie). A mix/best ratio inside it is a tie. A build more
+than ODD_BUILD slower than its contender's fastest ran slow throughout (a stalled instance,
+not a spread of builds): it is named and left out of the noise.
 Also prints the estimated cost against the measured latency (est. err = (est - mix) / mix),
 the additive error per region (region err: median over the mix's regions of
 |estimate - median call inside whole runs| / that call; `--per-region` lists them), what the
@@ -96,8 +97,9 @@ TWIN = "#2"
 """The suffix of a contender's second build."""
 
 ODD_BUILD = 0.25
-"""Two builds of one model this far apart: one of them stalled (an OpenVINO mamba2_4l ran
-585.94 ms against its twin's 251.51), which says nothing about the spread of builds."""
+"""A build this much slower than its contender's fastest stalled throughout (an OpenVINO
+mamba2_4l ran 585.94 ms against its twin's 251.51): it says nothing about the spread of
+builds."""
 
 AS_COMPILED = "mix as compiled"
 """The runner of the instance `collage_mlir.compile` returned, timed beside the loaded mix."""
@@ -334,42 +336,66 @@ def ceiling_cell(source: str | onnx.ModelProto) -> tuple[float, float, float] | 
     return pair.ratio, noise, pair.priced_ratio
 
 
+def builds(row: dict, name: str) -> list[str]:
+    """The timed builds of contender `name`: its second build, and for a backend its
+    single-backend partition when that is one region (its whole model built again)."""
+    same = [name, name + TWIN]
+    if row.get(f"{name}/collage_regions") == 1:
+        same.append(f"{name}/collage")
+    return [n for n in same if n in row]
+
+
 def contender_ms(row: dict, name: str) -> float:
-    """A contender's time in the run: the faster of its builds (X and X#2)."""
-    return min(row[name], row.get(name + TWIN, math.inf))
+    """A contender's time in the run: the fastest of its builds."""
+    return min(row[n] for n in builds(row, name))
 
 
 def run_noise(row: dict, backends: list[str]) -> float:
-    """How far identical models landed apart in the run: each contender against its second
-    build, and a backend's whole model against its single-backend partition, or the mix,
-    when that is one region on it (its whole model again). Pairs more than ODD_BUILD apart
-    are left out, unless no other pair was timed."""
-    spreads = _twin_spreads(row, backends)
-    usual = [s for s, _ in spreads if s <= ODD_BUILD]
-    return max(usual or [s for s, _ in spreads], default=0.0)
+    """How far the fastest build of a contender may be off: the gap from each contender's
+    fastest build to its next fastest, leaving out odd builds (more than ODD_BUILD slower
+    than the fastest: stalled throughout); and when the mix is one backend's whole model,
+    the gap between its fastest build and that backend's (the same model: a tie)."""
+    return max((gap for gap, _ in _gaps(row, backends)), default=0.0)
 
 
 def noise_cell(row: dict, backends: list[str]) -> str:
-    """Which two timings of one model set the run's noise, and theirs (a wide noise is
-    often one instance that ran slow throughout, not the whole run), and any pair left out
-    as an odd build."""
-    spreads = _twin_spreads(row, backends)
-    if not spreads:
-        return "no second instance timed"
-    noise = run_noise(row, backends)
-    _, (b, twin) = max(p for p in spreads if p[0] <= noise)
-    said = f"{twin} {row[twin]:.2f} ms against {b} {row[b]:.2f}"
-    odd = [f"{t} {row[t]:.2f} ms against {x} {row[x]:.2f}"
-           for s, (x, t) in sorted(spreads, reverse=True) if s > noise]
-    return said + (f"; an odd build, left out: {', '.join(odd)}" if odd else "")
+    """Which two timings set the run's noise, and theirs, and the odd builds left out."""
+    gaps = _gaps(row, backends)
+    odd = [f"{n} {row[n]:.2f} ms against {fast} {row[fast]:.2f}"
+           for n, fast in odd_builds(row, backends)]
+    said = ("no second build timed" if not gaps else
+            "{} {:.2f} ms against {} {:.2f}".format(*_named(row, max(gaps)[1])))
+    return said + (f"; odd builds, left out: {', '.join(odd)}" if odd else "")
 
 
-def _twin_spreads(row: dict, backends: list[str]) -> list[tuple[float, tuple[str, str]]]:
-    """(relative spread, (X, its twin)) for each pair `run_noise` compares."""
-    twins = [(b, b + TWIN) for b in ["mix", *backends]] + [
-        (b, f"{b}/collage") for b in backends if row.get(f"{b}/collage_regions") == 1] + [
-        (b, "mix") for b in backends if row.get("mix_whole_on") == b]
-    return [(abs(row[t] / row[b] - 1), (b, t)) for b, t in twins if b in row and t in row]
+def _named(row: dict, pair: tuple[str, str]) -> tuple[str, float, str, float]:
+    slower, faster = pair
+    return slower, row[slower], faster, row[faster]
+
+
+def odd_builds(row: dict, backends: list[str]) -> list[tuple[str, str]]:
+    """(build, the fastest of its contender) for each build more than ODD_BUILD slower."""
+    out = []
+    for c in ["mix", *backends]:
+        ranked = sorted(builds(row, c), key=lambda n: row[n]) if c in row else []
+        out += [(n, ranked[0]) for n in ranked[1:] if row[n] > row[ranked[0]] * (1 + ODD_BUILD)]
+    return out
+
+
+def _gaps(row: dict, backends: list[str]) -> list[tuple[float, tuple[str, str]]]:
+    """(relative gap, (slower, faster)) for each pair `run_noise` compares."""
+    odd = {n for n, _ in odd_builds(row, backends)}
+    out = []
+    for c in ["mix", *backends]:
+        ranked = sorted((n for n in builds(row, c) if n not in odd), key=lambda n: row[n]
+                        ) if c in row else []
+        if len(ranked) > 1:
+            out.append((row[ranked[1]] / row[ranked[0]] - 1, (ranked[1], ranked[0])))
+    whole_on = row.get("mix_whole_on")
+    if whole_on in row and "mix" in row:
+        mix, x = (min(builds(row, c), key=lambda n: row[n]) for c in ("mix", whole_on))
+        out.append((abs(row[mix] / row[x] - 1), (mix, x) if row[mix] >= row[x] else (x, mix)))
+    return out
 
 
 def refinement_cell(refinement) -> str:
