@@ -468,8 +468,8 @@ def main() -> int:
                    help="backends whose single-backend partition is built (default: all)")
     p.add_argument("--controls", default="mix,onnxruntime,openvino",
                    help="contenders built twice (the mix, backends' whole models): how far "
-                        "apart identical contenders land in this run; each column is the "
-                        "faster of the two")
+                        "apart builds of one contender land in this run; each runs as its "
+                        "fastest build")
     p.add_argument("--greedy", type=int, default=2, metavar="N",
                    help="greedy baselines built and timed besides those that are one "
                         "backend's whole model (those are its column)")
