@@ -363,23 +363,21 @@ def noise_cell(row: dict, backends: list[str]) -> str:
     gaps = _gaps(row, backends)
     odd = [f"{n} {row[n]:.2f} ms against {fast} {row[fast]:.2f}"
            for n, fast in odd_builds(row, backends)]
-    said = ("no second build timed" if not gaps else
-            "{} {:.2f} ms against {} {:.2f}".format(*_named(row, max(gaps)[1])))
+    slower, faster = max(gaps)[1] if gaps else (None, None)
+    said = (f"{slower} {row[slower]:.2f} ms against {faster} {row[faster]:.2f}" if gaps
+            else "no second build timed")
     return said + (f"; odd builds, left out: {', '.join(odd)}" if odd else "")
 
 
-def _named(row: dict, pair: tuple[str, str]) -> tuple[str, float, str, float]:
-    slower, faster = pair
-    return slower, row[slower], faster, row[faster]
+def _ranked(row: dict, name: str) -> list[str]:
+    """The builds of contender `name`, fastest first (none when it was not timed)."""
+    return sorted(builds(row, name), key=lambda n: row[n]) if name in row else []
 
 
 def odd_builds(row: dict, backends: list[str]) -> list[tuple[str, str]]:
     """(build, the fastest of its contender) for each build more than ODD_BUILD slower."""
-    out = []
-    for c in ["mix", *backends]:
-        ranked = sorted(builds(row, c), key=lambda n: row[n]) if c in row else []
-        out += [(n, ranked[0]) for n in ranked[1:] if row[n] > row[ranked[0]] * (1 + ODD_BUILD)]
-    return out
+    return [(n, ranked[0]) for ranked in (_ranked(row, c) for c in ["mix", *backends])
+            for n in ranked[1:] if row[n] > row[ranked[0]] * (1 + ODD_BUILD)]
 
 
 def _gaps(row: dict, backends: list[str]) -> list[tuple[float, tuple[str, str]]]:
@@ -387,13 +385,12 @@ def _gaps(row: dict, backends: list[str]) -> list[tuple[float, tuple[str, str]]]
     odd = {n for n, _ in odd_builds(row, backends)}
     out = []
     for c in ["mix", *backends]:
-        ranked = sorted((n for n in builds(row, c) if n not in odd), key=lambda n: row[n]
-                        ) if c in row else []
+        ranked = [n for n in _ranked(row, c) if n not in odd]
         if len(ranked) > 1:
             out.append((row[ranked[1]] / row[ranked[0]] - 1, (ranked[1], ranked[0])))
     whole_on = row.get("mix_whole_on")
     if whole_on in row and "mix" in row:
-        mix, x = (min(builds(row, c), key=lambda n: row[n]) for c in ("mix", whole_on))
+        mix, x = _ranked(row, "mix")[0], _ranked(row, whole_on)[0]
         out.append((abs(row[mix] / row[x] - 1), (mix, x) if row[mix] >= row[x] else (x, mix)))
     return out
 
